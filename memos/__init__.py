@@ -1,0 +1,59 @@
+"""memos: an operating-system-style memory for long-running LLM agents.
+
+    from memos import MemoryOS, Scope
+
+    mem = MemoryOS.open_sync("memos-data")            # local LanceDB dir, offline embedder
+    alice = Scope("alice")
+    mem.ingest_sync(alice, [{"speaker": "alice", "text": "I moved to Lisbon in May."}])
+    for hit in mem.search_sync("where does alice live?", alice, k=3):
+        print(hit.memory_type, hit.text or hit.record.render())
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+_os.environ.setdefault("LANCE_LOG", "error")
+
+from .exceptions import (  # noqa: E402
+    BudgetError,
+    ConfigError,
+    EmbeddingDimensionError,
+    InvalidFilterError,
+    InvalidRecordError,
+    MemoryOSError,
+    MemosError,
+    RecordNotFoundError,
+    StoreUnavailableError,
+    UnknownMemoryTypeError,
+)
+from .ingest import Message  # noqa: E402
+from .os import MemoryOS, ScopedMemory  # noqa: E402
+from .ranking import Hit, RankingPolicy  # noqa: E402
+from .scope import Scope  # noqa: E402
+from .storage import HistoryEntry  # noqa: E402
+from .tokens import Tokenizer, tokenizer_for  # noqa: E402
+
+__all__ = [
+    "BudgetError",
+    "ConfigError",
+    "EmbeddingDimensionError",
+    "HistoryEntry",
+    "Hit",
+    "InvalidFilterError",
+    "InvalidRecordError",
+    "MemoryOS",
+    "MemoryOSError",
+    "MemosError",
+    "Message",
+    "RankingPolicy",
+    "RecordNotFoundError",
+    "Scope",
+    "ScopedMemory",
+    "StoreUnavailableError",
+    "Tokenizer",
+    "UnknownMemoryTypeError",
+    "tokenizer_for",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,67 @@
+"""One helper that turns the async core into `*_sync` methods.
+
+memos is written once, async. Synchronous callers (scripts, notebooks, the CLI) get a
+`name_sync` twin of every public coroutine method, generated here, never hand-copied.
+Coroutines run on one private event loop in a daemon thread, so a sync call also works
+from inside a running loop (Jupyter) and LanceDB's async handles always see the same loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+__all__ = ["run_sync", "with_sync_methods"]
+
+T = TypeVar("T")
+
+_loop: asyncio.AbstractEventLoop | None = None
+_lock = threading.Lock()
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="memos-sync-loop", daemon=True)
+            thread.start()
+            _loop = loop
+        return _loop
+
+
+def run_sync(awaitable: Awaitable[T]) -> T:
+    """Run a coroutine to completion from synchronous code and return its result."""
+    loop = _background_loop()
+    future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), loop)
+    return future.result()
+
+
+async def _as_coroutine(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def _sync_twin(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return run_sync(fn(*args, **kwargs))
+
+    wrapper.__doc__ = f"Synchronous form of `{fn.__name__}`.\n\n{fn.__doc__ or ''}"
+    wrapper.__name__ = f"{fn.__name__}_sync"
+    return wrapper
+
+
+def with_sync_methods(cls: type[T]) -> type[T]:
+    """Class decorator: add `name_sync` for each public `async def name` (incl. classmethods)."""
+    for name, attr in list(vars(cls).items()):
+        if name.startswith("_") or f"{name}_sync" in vars(cls):
+            continue
+        if isinstance(attr, classmethod) and inspect.iscoroutinefunction(attr.__func__):
+            setattr(cls, f"{name}_sync", classmethod(_sync_twin(attr.__func__)))
+        elif inspect.iscoroutinefunction(attr):
+            setattr(cls, f"{name}_sync", _sync_twin(attr))
+    return cls

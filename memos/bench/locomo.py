@@ -1,0 +1,79 @@
+"""Reading the LOCOMO format (conversations with dated sessions, and evidence-tagged QA).
+
+Only the turns are read: a turn is a message whose time is its session's date (plus its
+position, so turns keep their order) and whose provenance id is its `dia_id`. The
+dataset's own summaries and observations are never used.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ..ingest import Message
+
+__all__ = ["Conversation", "Question", "load_locomo", "parse_locomo_time"]
+
+RETRIEVAL_CATEGORIES = (1, 2, 3, 4)
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question with the dia_ids of the turns that hold its answer."""
+
+    text: str
+    evidence: tuple[str, ...]
+    category: int
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One LOCOMO sample: its turns as messages and its retrieval questions."""
+
+    sample_id: str
+    messages: list[Message]
+    questions: list[Question]
+
+
+def parse_locomo_time(text: str) -> datetime:
+    """'1:56 pm on 8 May, 2023' -> an aware UTC datetime."""
+    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def _messages(conv: dict[str, Any]) -> list[Message]:
+    out = []
+    n = 1
+    while f"session_{n}" in conv:
+        start = parse_locomo_time(conv[f"session_{n}_date_time"])
+        for i, turn in enumerate(conv[f"session_{n}"]):
+            out.append(
+                Message(
+                    id=turn["dia_id"],
+                    actor=turn["speaker"],
+                    text=turn["text"],
+                    timestamp=start + timedelta(seconds=30 * i),
+                    details=f"shared an image: {turn['blip_caption']}" if turn.get("blip_caption") else "",
+                )
+            )
+        n += 1
+    return out
+
+
+def load_locomo(path: str | Path, categories: tuple[int, ...] = RETRIEVAL_CATEGORIES) -> list[Conversation]:
+    """Conversations and their questions of the chosen categories from a LOCOMO json file."""
+    data = json.loads(Path(path).read_text())
+    return [
+        Conversation(
+            sample_id=sample["sample_id"],
+            messages=_messages(sample["conversation"]),
+            questions=[
+                Question(q["question"], tuple(q.get("evidence", [])), int(q["category"]))
+                for q in sample["qa"]
+                if int(q["category"]) in categories and q.get("evidence")
+            ],
+        )
+        for sample in data
+    ]

@@ -1,0 +1,85 @@
+"""`memos bench retrieval`: evidence recall at a token budget on LOCOMO.
+
+Every turn goes in through `MemoryOS.ingest`; every question is answered by
+`MemoryOS.search(..., budget_tokens=B)`, the search the agent's active retrieval runs. A
+question counts as covered at B when the `source_ids` of the packed hits include all (or
+any) of its evidence dia_ids. Tokens are counted with o200k_base.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..os import MemoryOS
+from ..scope import Scope
+from ._stats import percentiles
+from .locomo import Conversation, load_locomo
+
+__all__ = ["BUDGETS", "run_retrieval_bench"]
+
+BUDGETS = (500, 1000, 2000, 4000)
+
+
+async def run_retrieval_bench(
+    dataset_path: str | Path,
+    *,
+    db_path: str | Path | None = None,
+    embedder: Any = "local",
+    max_questions: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    open_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark and return its JSON-ready report."""
+    conversations = load_locomo(dataset_path)
+    with tempfile.TemporaryDirectory(prefix="memos-bench-") as tmp:
+        mem = await MemoryOS.open(db_path or Path(tmp) / "db", embedder=embedder, model="gpt-4o", **(open_kwargs or {}))
+        return await _run(mem, conversations, max_questions, progress)
+
+
+async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: int | None, progress: Any) -> dict[str, Any]:
+    turns = sum(len(c.messages) for c in conversations)
+    start = time.perf_counter()
+    for conv in conversations:
+        await mem.ingest(Scope(conv.sample_id), conv.messages)
+    ingest_s = time.perf_counter() - start
+
+    questions = [(c, q) for c in conversations for q in c.questions][:max_questions]
+    hit_all = {b: 0 for b in BUDGETS}
+    hit_any = {b: 0 for b in BUDGETS}
+    tokens = {b: [] for b in BUDGETS}
+    by_cat: dict[int, list[int]] = {}
+    latencies: list[float] = []
+    for n, (conv, q) in enumerate(questions, 1):
+        evidence = set(q.evidence)
+        for budget in BUDGETS:
+            t0 = time.perf_counter()
+            hits = await mem.search(q.text, Scope(conv.sample_id), budget_tokens=budget)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            covered = {s for h in hits for s in h.source_ids}
+            tokens[budget].append(sum(h.tokens for h in hits) + max(0, len(hits) - 1))
+            all_in = evidence <= covered
+            hit_all[budget] += all_in
+            hit_any[budget] += bool(evidence & covered)
+            if budget == 2000:
+                by_cat.setdefault(q.category, [0, 0])
+                by_cat[q.category][0] += all_in
+                by_cat[q.category][1] += 1
+        if progress:
+            progress(n, len(questions))
+    total = max(1, len(questions))
+    return {
+        "questions": len(questions),
+        "conversations": len(conversations),
+        "turns": turns,
+        "recall_all": {str(b): round(hit_all[b] / total, 3) for b in BUDGETS},
+        "recall_any": {str(b): round(hit_any[b] / total, 3) for b in BUDGETS},
+        "recall_all_by_category": {str(c): round(v[0] / max(1, v[1]), 3) for c, v in sorted(by_cat.items())},
+        "mean_tokens": {str(b): round(statistics.fmean(tokens[b]), 1) if tokens[b] else 0.0 for b in BUDGETS},
+        "ingest_turns_per_s": round(turns / ingest_s, 1) if ingest_s else 0.0,
+        "search_ms": percentiles(latencies),
+    }

@@ -1,0 +1,22 @@
+"""The `memos` command line (typer + rich).
+
+Each group of commands lives in its own module and registers on `app`:
+`store` (ingest, search, reindex, inspect), `bench`.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LANCE_LOG", "error")
+
+from ._app import app  # noqa: E402
+from . import bench as _bench  # noqa: E402,F401
+from . import store as _store  # noqa: E402,F401
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Entry point of the `memos` console script."""
+    app()

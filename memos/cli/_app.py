@@ -1,0 +1,53 @@
+"""The shared typer app and the options every command uses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ..exceptions import MemosError
+
+__all__ = ["DbOption", "JsonOption", "UserOption", "app", "console", "emit_json", "fail", "guarded"]
+
+app = typer.Typer(name="memos", help="An operating-system-style memory for long-running LLM agents.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+console = Console(stderr=True)
+
+DbOption = Annotated[Path, typer.Option("--db", envvar="MEMOS_DB", help="The memos store (a directory or LanceDB URI).")]
+UserOption = Annotated[str, typer.Option("--user", "-u", help="The user id of the scope.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print a clear error and exit."""
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def emit_json(data: Any, out: str | Path | None = "-") -> None:
+    """Write JSON to a path, or to stdout for '-' / None."""
+    text = json.dumps(data, indent=2, default=str)
+    if out in (None, "-", Path("-")):
+        sys.stdout.write(text + "\n")
+    else:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
+
+
+def guarded(fn: Any) -> Any:
+    """Turn memos' own errors into a clean message and exit code 2 instead of a traceback."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MemosError as exc:
+            fail(str(exc))
+
+    return wrapper

@@ -1,0 +1,37 @@
+"""`memos bench ...`: benchmarks that write JSON reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import Progress
+
+from .._sync import run_sync
+from ._app import app, console, emit_json, fail
+
+bench_app = typer.Typer(help="Benchmarks (results as JSON).", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("retrieval")
+def retrieval(
+    file: Annotated[Path, typer.Argument(help="The dataset file, e.g. ../shared/bench/locomo-dev.json.")],
+    dataset: Annotated[str, typer.Option(help="Dataset format.")] = "locomo",
+    json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
+    max_questions: Annotated[int | None, typer.Option(help="Stop after this many questions (quick runs).")] = None,
+) -> None:
+    """Evidence recall at token budgets 500/1000/2000/4000 through MemoryOS.search."""
+    from ..bench.retrieval import run_retrieval_bench
+
+    if dataset != "locomo":
+        fail(f"unknown dataset format {dataset!r}; supported: locomo")
+    if not file.exists():
+        fail(f"{file} does not exist")
+    with Progress(console=console) as progress:
+        task = progress.add_task("questions", total=None)
+        report = run_sync(run_retrieval_bench(
+            file, max_questions=max_questions, progress=lambda n, total: progress.update(task, completed=n, total=total)
+        ))
+    emit_json(report, json_out)

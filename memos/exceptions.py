@@ -1,0 +1,85 @@
+"""Every error memos raises, in one place.
+
+The hierarchy has three branches, one per audience::
+
+    MemosError
+    ├── ConfigError              a developer's mistake; the message names the fix
+    │   ├── UnknownMemoryTypeError
+    │   ├── InvalidFilterError        a scope id, tag, date or id that cannot be used safely
+    │   ├── InvalidRecordError        a record that fails its type's validation
+    │   └── EmbeddingDimensionError   the store was built with another embedder (`memos reindex`)
+    ├── MemoryOSError            a runtime failure of the memory OS itself
+    │   ├── StoreUnavailableError
+    │   ├── RecordNotFoundError
+    │   ├── BudgetError               a token budget that cannot be met
+    │   └── VaultKeyError             missing, wrong or corrupt vault key (defined in `memos.crypto`)
+    └── (feedback to a model is pydantic-ai's `ModelRetry`, raised by the tools in `agents/`)
+
+Errors never carry a vault secret or a key in their message.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetError",
+    "ConfigError",
+    "EmbeddingDimensionError",
+    "InvalidFilterError",
+    "InvalidRecordError",
+    "MemoryOSError",
+    "MemosError",
+    "RecordNotFoundError",
+    "StoreUnavailableError",
+    "UnknownMemoryTypeError",
+]
+
+
+class MemosError(Exception):
+    """Base class of every error memos raises on purpose."""
+
+
+class ConfigError(MemosError, ValueError):
+    """A developer's mistake: bad configuration or a call that can never work as written."""
+
+
+class UnknownMemoryTypeError(ConfigError, KeyError):
+    """A memory type name that is not registered on this `MemoryOS`."""
+
+    def __init__(self, name: object, known: list[str]) -> None:
+        self.name = name
+        self.known = known
+        super().__init__(
+            f"unknown memory type {name!r}; known types: {', '.join(known)}. "
+            "Register a custom type with MemoryOS.open(..., types=[MyRecord])."
+        )
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0])
+
+
+class InvalidFilterError(ConfigError):
+    """A filter value (scope id, tag, record id, date) that cannot be used safely in a query."""
+
+
+class InvalidRecordError(ConfigError):
+    """A record that does not validate against its memory type."""
+
+
+class EmbeddingDimensionError(ConfigError):
+    """The database's vectors were made by another embedder than the one given now."""
+
+
+class MemoryOSError(MemosError, RuntimeError):
+    """A runtime failure of the memory OS."""
+
+
+class StoreUnavailableError(MemoryOSError):
+    """The LanceDB store cannot be opened or written."""
+
+
+class RecordNotFoundError(MemoryOSError, LookupError):
+    """No record with that id exists in that scope and store."""
+
+
+class BudgetError(MemoryOSError):
+    """A token budget too small for what must always fit."""

@@ -1,0 +1,371 @@
+"""`MemoryOS`: the facade over the typed stores, retrieval and the audit trail.
+
+Everything a user, an agent's tools or a background job does to memory goes through here,
+always inside one `Scope`. Every mutation appends to history. Vault secrets are encrypted
+before they reach a table and come back redacted; only `reveal` decrypts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from memtypes import BASE_FIELDS, BUILTIN_TYPES, Episode, MemoryRecord
+
+from ._sync import with_sync_methods
+from .embeddings import TextEmbedder, resolve_embedder
+from .exceptions import ConfigError, InvalidRecordError, RecordNotFoundError, UnknownMemoryTypeError
+from .ingest import Message, episodes_from_messages
+from .ranking import Hit, RankingPolicy
+from .retrieval import SearchRequest, search
+from .scope import Scope, Where, validate_record_id
+from .storage import HistoryEntry, Storage, history_row
+from .tokens import Tokenizer, tokenizer_for
+
+__all__ = ["MemoryOS", "ScopedMemory"]
+
+log = logging.getLogger("memos")
+R = TypeVar("R", bound=MemoryRecord)
+TypeRef = str | type[MemoryRecord]
+
+_IMMUTABLE = {"id", "user_id", "agent_id", "session_id", "text", "created_at", "updated_at"}
+
+
+def _default_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@with_sync_methods
+class MemoryOS:
+    """An agent's whole memory: core, episodic, semantic, procedural, resource and vault stores.
+
+    Open one with `await MemoryOS.open(path)` (or `MemoryOS.open_sync(path)`); every method has
+    a `*_sync` twin.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        embedder: TextEmbedder | None,
+        types: dict[str, type[MemoryRecord]],
+        tokenizer: Tokenizer,
+        clock: Callable[[], datetime],
+        ranking: RankingPolicy,
+        vault_key_file: Path | None,
+    ) -> None:
+        self.storage = storage
+        self.embedder = embedder
+        self.types = types
+        self.tokenizer = tokenizer
+        self.clock = clock
+        self.ranking = ranking
+        self.vault_key_file = vault_key_file
+        self._cipher: Any = None
+
+    @classmethod
+    async def open(
+        cls,
+        uri: str | Path = "memos-data",
+        *,
+        embedder: Any = "local",
+        types: Sequence[type[MemoryRecord]] = (),
+        model: str | None = None,
+        clock: Callable[[], datetime] | None = None,
+        ranking: RankingPolicy | None = None,
+        vault_key_file: str | Path | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> MemoryOS:
+        """Open or create the memory at `uri` (a directory, or any LanceDB URI such as s3://...).
+
+        `embedder`: "local" (default, offline MiniLM), None for full-text-only, a pydantic-ai
+        embedding model string or `Embedder`. `types`: extra memory types (MemoryRecord
+        subclasses). `model`: the serving model's name, which picks the token encoding.
+        """
+        registry: dict[str, type[MemoryRecord]] = {}
+        for record_type in (*BUILTIN_TYPES, *types):
+            if not (isinstance(record_type, type) and issubclass(record_type, MemoryRecord)) or "memory_type" not in vars(record_type):
+                raise ConfigError(f"{record_type!r} is not a concrete MemoryRecord subclass (set memory_type)")
+            other = registry.get(record_type.memory_type)
+            if other is not None and other is not record_type:
+                raise ConfigError(f"two memory types are named {record_type.memory_type!r}: {other.__name__} and {record_type.__name__}")
+            registry[record_type.memory_type] = record_type
+        resolved = resolve_embedder(embedder)
+        storage = await Storage.open(str(uri), list(registry.values()), resolved, storage_options)
+        key_file = Path(vault_key_file) if vault_key_file else None
+        return cls(storage, resolved if storage.embedder_name else None, registry, tokenizer_for(model),
+                   clock or _default_clock, ranking or RankingPolicy(), key_file)
+
+    # --- types and scopes ----------------------------------------------------------------
+
+    @property
+    def type_names(self) -> list[str]:
+        """Names of every registered memory type."""
+        return list(self.types)
+
+    def record_type(self, ref: TypeRef) -> type[MemoryRecord]:
+        """The record class of a memory type, by name or class."""
+        name = ref.memory_type if isinstance(ref, type) and issubclass(ref, MemoryRecord) else ref
+        if not isinstance(name, str) or name not in self.types:
+            raise UnknownMemoryTypeError(name, self.type_names)
+        return self.types[name]
+
+    def scoped(self, scope: Scope | str, **ids: str) -> ScopedMemory:
+        """A view of this memory bound to one scope: `mem.scoped("alice").search("...")`."""
+        return ScopedMemory(self, scope if isinstance(scope, Scope) else Scope(scope, **ids))
+
+    # --- writes --------------------------------------------------------------------------
+
+    async def add(self, scope: Scope, records: MemoryRecord | Iterable[MemoryRecord], *, actor: str = "user") -> list[MemoryRecord]:
+        """Store one or many records in `scope` (embedded and indexed in batches); returns them."""
+        items = [records] if isinstance(records, MemoryRecord) else list(records)
+        now = self.clock()
+        prepared: dict[str, list[MemoryRecord]] = {}
+        for record in items:
+            self.record_type(type(record))
+            for field, value in scope.stamp().items():
+                current = getattr(record, field)
+                if current and current != value:
+                    raise InvalidRecordError(f"record {record.id} has {field}={current!r} but is written in scope {scope}")
+            stamped = self._revalidate(record, {**scope.stamp(), "created_at": now, "updated_at": now})
+            prepared.setdefault(stamped.memory_type, []).append(self._seal(stamped))
+        for name, group in prepared.items():
+            await self._write(name, group, "add", actor, before=None)
+        return [self._redact(r) for group in prepared.values() for r in group]
+
+    async def update(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str = "user") -> MemoryRecord:
+        """Change fields of a record; returns the updated record."""
+        record = await self._load(scope, memory_type, record_id)
+        bad = set(changes) & _IMMUTABLE
+        unknown = set(changes) - set(type(record).model_fields)
+        if bad or unknown:
+            raise InvalidRecordError(f"cannot update {sorted(bad | unknown)} of a {record.memory_type} record; "
+                                     f"updatable fields: {sorted(set(type(record).model_fields) - _IMMUTABLE)}")
+        updated = self._seal(self._revalidate(record, {**changes, "updated_at": self.clock()}), fresh=set(changes))
+        await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record})
+        return self._redact(updated)
+
+    async def supersede(self, scope: Scope, memory_type: TypeRef, old_id: str, new: MemoryRecord, *, actor: str = "user") -> MemoryRecord:
+        """Replace a record by a new one: the old closes its validity and links its successor."""
+        old = await self._load(scope, memory_type, old_id)
+        if type(new) is not type(old):
+            raise InvalidRecordError(f"a {old.memory_type} record can only be superseded by another {old.memory_type} record")
+        now = self.clock()
+        if new.valid_from is None:
+            new = self._revalidate(new, {"valid_from": now})
+        [added] = await self.add(scope, new, actor=actor)
+        closed = self._revalidate(old, {"status": "superseded", "valid_to": now, "superseded_by": added.id, "updated_at": now})
+        await self._write(old.memory_type, [closed], "supersede", actor, before={old.id: old}, vectors_from=old)
+        return added
+
+    async def archive(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user", note: str | None = None) -> MemoryRecord:
+        """Take a record out of retrieval without deleting it (status "archived")."""
+        record = await self._load(scope, memory_type, record_id)
+        archived = self._revalidate(record, {"status": "archived", "updated_at": self.clock()})
+        await self._write(record.memory_type, [archived], "archive", actor, before={record.id: record}, vectors_from=record, note=note)
+        return self._redact(archived)
+
+    async def delete(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user") -> None:
+        """Delete a record for real, its history included (right to be forgotten)."""
+        record = await self._load(scope, memory_type, record_id)
+        where = Where(scope).id_in([record.id]).build()
+        await self.storage.delete_rows(record.memory_type, where)
+        await self.storage.delete_history(Where(scope).eq("record_id", record.id).build())
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def get(self, scope: Scope, memory_type: TypeRef, record_id: str) -> MemoryRecord:
+        """One record by id (RecordNotFoundError if it is not in this scope)."""
+        return self._redact(await self._load(scope, memory_type, record_id))
+
+    async def list(
+        self,
+        scope: Scope,
+        memory_type: TypeRef,
+        *,
+        status: str | Sequence[str] | None = "active",
+        tags: list[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = 100,
+    ) -> list[MemoryRecord]:
+        """Records of one store in `scope`, oldest first by their time field."""
+        record_type = self.record_type(memory_type)
+        statuses = (status,) if isinstance(status, str) else tuple(status or ())
+        where = Where(scope).status_in(statuses).tags_any(tags).time_range(record_type.time_field, since, until).build()
+        table = self.storage.type_table(record_type.memory_type)
+        rows = await self.storage.rows(record_type.memory_type, where)
+        records = sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))
+        return [self._redact(r) for r in (records[:limit] if limit is not None else records)]
+
+    async def history(self, scope: Scope, record_id: str | None = None, *, limit: int | None = None) -> list[HistoryEntry]:
+        """The audit trail of `scope` (or of one record in it), oldest first."""
+        where = Where(scope)
+        if record_id is not None:
+            where.eq("record_id", validate_record_id(record_id))
+        entries = await self.storage.history_rows(where.build())
+        return entries[-limit:] if limit else entries
+
+    async def counts(self, scope: Scope, *, status: str | None = "active") -> dict[str, int]:
+        """Number of records per store in `scope`."""
+        where = Where(scope).status_in((status,) if status else None).build()
+        return {name: await self.storage.count(name, where) for name in self.types}
+
+    async def search(
+        self,
+        query: str,
+        scope: Scope,
+        types: Sequence[TypeRef] | None = None,
+        k: int = 10,
+        budget_tokens: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        tags: list[str] | None = None,
+        include_inactive: bool = False,
+    ) -> list[Hit]:
+        """Hybrid search (vector + full-text, fused by rank, weighted by recency and importance).
+
+        Returns the `k` best hits, or with `budget_tokens` the best hits that fit the budget
+        when rendered. Each hit carries its store, score parts and provenance.
+        """
+        if not isinstance(query, str):
+            raise ConfigError(f"query must be a string, got {type(query).__name__}")
+        names = [self.record_type(t).memory_type for t in (types or self.type_names)]
+        request = SearchRequest(
+            query=query, scope=scope, types=names, k=k, budget_tokens=budget_tokens, since=since, until=until,
+            tags=tags, statuses=("active", "superseded", "archived") if include_inactive else ("active",), policy=self.ranking,
+        )
+        return await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)
+
+    async def ingest(self, scope: Scope, messages: Iterable[Message | dict[str, Any]], *, actor: str = "ingest") -> list[Episode]:
+        """Store conversation turns as episodic records (raw mode: no model), batched."""
+        episodes = episodes_from_messages(messages, scope, self.clock())
+        for start in range(0, len(episodes), 512):
+            await self.add(scope, episodes[start : start + 512], actor=actor)
+        return episodes
+
+    # --- maintenance ---------------------------------------------------------------------
+
+    async def reindex(self, embedder: Any = "local") -> int:
+        """Re-embed every record with `embedder` (e.g. after changing embedders); returns rows done."""
+        new = resolve_embedder(embedder)
+        if new is None:
+            raise ConfigError("reindex needs an embedder")
+        from .reindex import rebuild_tables
+
+        done = await rebuild_tables(self.storage, new)
+        self.embedder = new
+        return done
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _revalidate(self, record: R, changes: dict[str, Any]) -> R:
+        data = {**record.model_dump(), **changes}
+        try:
+            return type(record).model_validate(data)
+        except ValidationError as exc:
+            raise InvalidRecordError(f"invalid {record.memory_type} record: {exc}") from None
+
+    async def _load(self, scope: Scope, memory_type: TypeRef, record_id: str) -> MemoryRecord:
+        name = self.record_type(memory_type).memory_type
+        where = Where(scope).id_in([record_id]).build()
+        rows = await self.storage.rows(name, where, limit=1)
+        if not rows:
+            raise RecordNotFoundError(f"no {name} record {record_id!r} in scope {scope}")
+        return self.storage.type_table(name).to_record(rows[0])
+
+    def _seal(self, record: R, fresh: set[str] | None = None) -> R:
+        """Set `text` from index_text() and encrypt secret fields that hold clear text."""
+        secrets = {}
+        for field in record.secret_fields:
+            value = getattr(record, field)
+            if value and (fresh is None or field in fresh):
+                secrets[field] = self.cipher().encrypt(value, self._aad(record))
+        sealed = record.model_copy(update=secrets)
+        return sealed.model_copy(update={"text": sealed.index_text()})
+
+    def _redact(self, record: R) -> R:
+        if not record.secret_fields:
+            return record
+        return record.model_copy(update={f: "" for f in record.secret_fields})
+
+    @staticmethod
+    def _aad(record: MemoryRecord) -> bytes:
+        return f"{record.memory_type}|{record.id}|{record.user_id}".encode()
+
+    def cipher(self) -> Any:
+        """The vault cipher (the key is loaded, or created, on first use)."""
+        if self._cipher is None:
+            from .crypto import VaultCipher, load_or_create_key
+
+            key_file = self.vault_key_file or Path.home() / ".config" / "memos" / "vault.key"
+            self._cipher = VaultCipher.from_key(load_or_create_key(key_file))
+        return self._cipher
+
+    async def reveal(self, scope: Scope, record_id: str, *, approved_by: str) -> str:
+        """Decrypt a vault item's secret. Callers must have obtained approval; it is logged (without the value)."""
+        record = await self._load(scope, "vault", record_id)
+        value = self.cipher().decrypt(record.secret, self._aad(record)) if record.secret else ""
+        await self.storage.append_history([history_row("reveal", record, approved_by, None, None, self.clock(), note="secret revealed")])
+        return value
+
+    async def _write(
+        self, name: str, records: list[MemoryRecord], op: str, actor: str, *,
+        before: dict[str, MemoryRecord] | None, vectors_from: MemoryRecord | None = None, note: str | None = None,
+    ) -> None:
+        table = self.storage.type_table(name)
+        if vectors_from is not None:
+            vectors = await self._stored_vectors(name, [vectors_from.id])
+        else:
+            vectors = await self._vectors([r.text for r in records])
+        rows = [table.to_row(r, v) for r, v in zip(records, vectors, strict=True)]
+        if op == "add":
+            await self.storage.add_rows(name, rows)
+        else:
+            await self.storage.upsert_rows(name, rows)
+        now = self.clock()
+        await self.storage.append_history([
+            history_row(op, r, actor, _audit(before.get(r.id)) if before else None, _audit(r), now, note) for r in records
+        ])
+
+    async def _vectors(self, texts: list[str]) -> list[list[float] | None]:
+        if self.embedder is None:
+            return [None] * len(texts)
+        return list(await self.embedder.embed_documents(texts))
+
+    async def _stored_vectors(self, name: str, ids: list[str]) -> list[list[float] | None]:
+        rows = await self.storage.rows(name, Where().id_in(ids).build(), columns=["id", "vector"])
+        by_id = {r["id"]: r["vector"] for r in rows}
+        return [by_id.get(i) for i in ids]
+
+
+def _audit(record: MemoryRecord | None) -> dict[str, Any] | None:
+    """A record as history keeps it: no vector; secret fields only as stored (ciphertext)."""
+    return None if record is None else record.model_dump(mode="json")
+
+
+class ScopedMemory:
+    """`MemoryOS` bound to one scope: the same methods without the scope argument."""
+
+    def __init__(self, memory: MemoryOS, scope: Scope) -> None:
+        self.memory = memory
+        self.scope = scope
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.memory, name)
+        if not callable(method) or name in {"record_type", "scoped", "cipher", "open", "open_sync"}:
+            return method
+        scope = self.scope
+
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            if name.startswith("search"):  # search(query, scope, ...) takes the scope second
+                return method(args[0] if args else kwargs.pop("query"), scope, *args[1:], **kwargs)
+            return method(scope, *args, **kwargs)
+
+        bound.__name__ = name
+        bound.__doc__ = method.__doc__
+        return bound

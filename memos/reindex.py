@@ -1,0 +1,51 @@
+"""Re-embed every record into fresh tables, then switch to them in one meta write.
+
+Used when the embedder changes (another model, another dimension) or a store built in
+full-text-only mode gains vectors. The old tables stay until the switch is recorded, so a
+crash mid-way leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+import json
+
+from lancedb.index import FTS
+
+from .embeddings import TextEmbedder
+from .schema import arrow_schema
+from .storage import Storage, TypeTable, retry_conflicts
+
+__all__ = ["rebuild_tables"]
+
+
+async def rebuild_tables(storage: Storage, embedder: TextEmbedder) -> int:
+    """Rebuild each type's table with `embedder`'s vectors; returns the number of rows re-embedded."""
+    meta = await storage.get_meta()
+    physical: dict[str, str] = json.loads(meta.get("tables", "{}"))
+    generation = int(meta.get("generation", "0")) + 1
+    built: dict[str, TypeTable] = {}
+    done = 0
+    for name, old in storage.tables.items():
+        rows = await storage.rows(name, None)
+        records = [old.to_record(r) for r in rows]
+        for record in records:
+            record.text = record.index_text()
+        vectors = await embedder.embed_documents([r.text for r in records]) if records else []
+        new_name = f"{name}_g{generation}"
+        table = await storage.conn.create_table(new_name, schema=arrow_schema(old.record_type, embedder.dim), mode="overwrite")
+        if records:
+            await table.add([old.to_row(r, v) for r, v in zip(records, vectors, strict=True)])
+        await retry_conflicts(lambda t=table: t.create_index("text", config=FTS(with_position=False)))
+        built[name] = TypeTable(old.record_type, table, old.json_cols)
+        physical[name] = new_name
+        done += len(records)
+    old_names = {name: t.table.name for name, t in storage.tables.items()}
+    await storage.set_meta("tables", json.dumps(physical))
+    await storage.set_meta("generation", str(generation))
+    await storage.set_meta("embedder", json.dumps({"name": embedder.name, "dim": embedder.dim}))
+    storage.tables = built
+    storage.dim = embedder.dim
+    storage.embedder_name = embedder.name
+    for old_name in old_names.values():
+        await storage.conn.drop_table(old_name)
+    return done

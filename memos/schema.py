@@ -1,0 +1,119 @@
+"""From a memory type's pydantic fields to a LanceDB (Arrow) schema, and rows back to records.
+
+Scalars map to their Arrow types, datetimes to UTC microsecond timestamps, `list[str]` to a
+list of strings, `Literal`s and enums to strings; anything richer (dicts, nested models) is
+stored as a JSON string. Every table also has a nullable fixed-size `vector` column.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel
+
+from memtypes import MemoryRecord
+
+__all__ = ["VECTOR_COLUMN", "arrow_schema", "json_columns", "record_from_row", "row_from_record"]
+
+VECTOR_COLUMN = "vector"
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+        return Any, True
+    return annotation, False
+
+
+def _arrow_type(annotation: Any) -> pa.DataType:
+    annotation, _ = _unwrap_optional(annotation)
+    origin = typing.get_origin(annotation)
+    if annotation is str or origin is Literal or (isinstance(annotation, type) and issubclass(annotation, Enum)):
+        return pa.string()
+    if annotation is bool:
+        return pa.bool_()
+    if annotation is int:
+        return pa.int64()
+    if annotation is float:
+        return pa.float64()
+    if annotation is datetime:
+        return _TS
+    if origin in (list, tuple, set) and typing.get_args(annotation)[:1] == (str,):
+        return pa.list_(pa.string())
+    return pa.string()  # stored as JSON
+
+
+def json_columns(record_type: type[MemoryRecord]) -> frozenset[str]:
+    """The fields stored as JSON strings."""
+    out = set()
+    for name, info in record_type.model_fields.items():
+        annotation, _ = _unwrap_optional(info.annotation)
+        if _arrow_type(annotation) == pa.string() and annotation is not str and typing.get_origin(annotation) is not Literal \
+                and not (isinstance(annotation, type) and issubclass(annotation, Enum)):
+            out.add(name)
+    return frozenset(out)
+
+
+def arrow_schema(record_type: type[MemoryRecord], dim: int) -> pa.Schema:
+    """The LanceDB schema of a memory type's table, with a `dim`-wide vector column."""
+    fields = [pa.field(name, _arrow_type(info.annotation), nullable=True) for name, info in record_type.model_fields.items()]
+    fields.append(pa.field(VECTOR_COLUMN, pa.list_(pa.float32(), dim), nullable=True))
+    return pa.schema(fields)
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def row_from_record(record: MemoryRecord, vector: list[float] | None, json_cols: frozenset[str]) -> dict[str, Any]:
+    """A LanceDB row for `record` (its `text` must already be set)."""
+    row: dict[str, Any] = {}
+    for name in type(record).model_fields:
+        value = getattr(record, name)
+        if name in json_cols:
+            value = json.dumps(value.model_dump(mode="json") if isinstance(value, BaseModel) else value, default=str)
+        elif isinstance(value, datetime):
+            value = _utc(value)
+        elif isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, (tuple, set)):
+            value = list(value)
+        row[name] = value
+    row[VECTOR_COLUMN] = vector
+    return row
+
+
+def record_from_row(record_type: type[MemoryRecord], row: dict[str, Any], json_cols: frozenset[str]) -> MemoryRecord:
+    """Rebuild a record from a LanceDB row (extra columns such as `_distance` are ignored)."""
+    data = {}
+    for name in record_type.model_fields:
+        if name not in row:
+            continue
+        value = row[name]
+        if name in json_cols and isinstance(value, str):
+            value = json.loads(value)
+        if value is None and record_type.model_fields[name].is_required() is False and not _unwrap_optional(
+            record_type.model_fields[name].annotation
+        )[1]:
+            continue  # a column added later: fall back to the field default
+        data[name] = value
+    return record_type.model_construct(**_validated(record_type, data))
+
+
+def _validated(record_type: type[MemoryRecord], data: dict[str, Any]) -> dict[str, Any]:
+    # Stored rows were validated on write; re-validating every hit would cost more than the
+    # search. model_construct keeps them as stored, filling defaults for absent fields.
+    for name, info in record_type.model_fields.items():
+        if name not in data and not info.is_required():
+            data[name] = info.get_default(call_default_factory=True)
+    return data

@@ -1,0 +1,299 @@
+"""The LanceDB layer: one table per memory type, a history (audit) table and a meta table.
+
+`Storage` owns the connection and nothing else: it writes and reads rows, runs the two
+kinds of search (vector, native full-text) and keeps the audit trail. It knows no scope
+semantics beyond the `where` strings `memos.scope.Where` builds, and no ranking.
+
+Meta holds the embedder's name and dimension (a mismatch on reopen is a clear error that
+names `memos reindex`) and the physical table of each memory type, so a re-index can build
+new tables and switch to them in one meta write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import lancedb
+import pyarrow as pa
+from lancedb.index import FTS
+
+from memtypes import MemoryRecord, new_id
+
+from .embeddings import TextEmbedder
+from .exceptions import EmbeddingDimensionError, StoreUnavailableError
+from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, row_from_record
+
+__all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTable"]
+
+log = logging.getLogger("memos.storage")
+T = TypeVar("T")
+
+DEFAULT_DIM = 384
+_META = "_meta"
+_HISTORY = "_history"
+_META_SCHEMA = pa.schema([pa.field("key", pa.string()), pa.field("value", pa.string())])
+HISTORY_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string()),
+        pa.field("at", pa.timestamp("us", tz="UTC")),
+        pa.field("op", pa.string()),
+        pa.field("memory_type", pa.string()),
+        pa.field("record_id", pa.string()),
+        pa.field("actor", pa.string()),
+        pa.field("user_id", pa.string()),
+        pa.field("agent_id", pa.string()),
+        pa.field("session_id", pa.string()),
+        pa.field("before", pa.string(), nullable=True),
+        pa.field("after", pa.string(), nullable=True),
+        pa.field("note", pa.string(), nullable=True),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One audit row: what happened to a record, by whom and when (before/after as JSON)."""
+
+    id: str
+    at: datetime
+    op: str
+    memory_type: str
+    record_id: str
+    actor: str
+    user_id: str
+    agent_id: str
+    session_id: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    note: str | None
+
+
+@dataclass
+class TypeTable:
+    """A memory type bound to its open LanceDB table."""
+
+    record_type: type[MemoryRecord]
+    table: Any  # lancedb AsyncTable
+    json_cols: frozenset[str]
+
+    @property
+    def name(self) -> str:
+        return self.record_type.memory_type
+
+    def to_record(self, row: dict[str, Any]) -> MemoryRecord:
+        return record_from_row(self.record_type, row, self.json_cols)
+
+    def to_row(self, record: MemoryRecord, vector: list[float] | None) -> dict[str, Any]:
+        return row_from_record(record, vector, self.json_cols)
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "conflict" in text or "retryable" in text or "concurrent" in text
+
+
+async def retry_conflicts(op: Callable[[], Awaitable[T]], attempts: int = 12) -> T:
+    """Run a LanceDB write, retrying commit conflicts with another writer (jittered backoff)."""
+    for attempt in range(attempts):
+        try:
+            return await op()
+        except Exception as exc:  # LanceDB raises plain RuntimeError/OSError for conflicts
+            if not _is_conflict(exc) or attempt == attempts - 1:
+                raise
+            await asyncio.sleep(min(1.0, 0.01 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+class Storage:
+    """An open memos database: typed tables, history and meta on one LanceDB connection."""
+
+    def __init__(self, uri: str, conn: Any, meta: Any, history: Any, dim: int, embedder_name: str | None) -> None:
+        self.uri = uri
+        self.conn = conn
+        self.meta = meta
+        self.history = history
+        self.dim = dim
+        self.embedder_name = embedder_name
+        self.tables: dict[str, TypeTable] = {}
+
+    @classmethod
+    async def open(
+        cls,
+        uri: str,
+        record_types: Sequence[type[MemoryRecord]],
+        embedder: TextEmbedder | None,
+        storage_options: dict[str, str] | None = None,
+    ) -> Storage:
+        """Open (or create) the database at `uri` with a table for each record type."""
+        try:
+            conn = await lancedb.connect_async(uri, storage_options=storage_options)
+            meta = await conn.create_table(_META, schema=_META_SCHEMA, exist_ok=True)
+            history = await conn.create_table(_HISTORY, schema=HISTORY_SCHEMA, exist_ok=True)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise StoreUnavailableError(f"cannot open the memos store at {uri}: {exc}") from exc
+        values = await _read_meta(meta)
+        stored = json.loads(values["embedder"]) if "embedder" in values else None
+        dim, name = cls._settle_embedder(uri, stored, embedder)
+        if stored != {"name": name, "dim": dim}:
+            await _write_meta(meta, "embedder", json.dumps({"name": name, "dim": dim}))
+        storage = cls(uri, conn, meta, history, dim, name)
+        physical = json.loads(values.get("tables", "{}"))
+        for record_type in record_types:
+            await storage._open_type(record_type, physical.get(record_type.memory_type, record_type.memory_type))
+        return storage
+
+    @staticmethod
+    def _settle_embedder(uri: str, stored: dict[str, Any] | None, embedder: TextEmbedder | None) -> tuple[int, str | None]:
+        if stored is None:
+            return (embedder.dim, embedder.name) if embedder else (DEFAULT_DIM, None)
+        if embedder is None:
+            if stored["name"]:
+                log.warning("no embedder available: %s opens in full-text-only mode (vectors are kept)", uri)
+            return stored["dim"], stored["name"]
+        if stored["dim"] != embedder.dim or (stored["name"] and stored["name"] != embedder.name):
+            raise EmbeddingDimensionError(
+                f"the store at {uri} holds {stored['dim']}-d vectors from {stored['name'] or 'no embedder'}, "
+                f"but it was opened with {embedder.name} ({embedder.dim}-d). Open it with the original "
+                f"embedder, or re-embed every record: memos reindex {uri} --embedder {embedder.name}"
+            )
+        if stored["name"] is None:
+            log.warning("%s was built without an embedder; run `memos reindex %s` to add vectors to old records", uri, uri)
+        return embedder.dim, embedder.name
+
+    async def _open_type(self, record_type: type[MemoryRecord], physical: str) -> None:
+        schema = arrow_schema(record_type, self.dim)
+        table = await self.conn.create_table(physical, schema=schema, exist_ok=True)
+        existing = await table.schema()
+        missing = [f for f in schema if f.name not in existing.names]
+        if missing:  # a custom type gained fields: add them as empty columns
+            await table.add_columns({f.name: f"CAST(NULL AS {_sql_type(f.type)})" for f in missing})
+        vec = existing.field(VECTOR_COLUMN) if VECTOR_COLUMN in existing.names else None
+        if vec is not None and vec.type.list_size != self.dim:
+            raise EmbeddingDimensionError(
+                f"table {physical} has {vec.type.list_size}-d vectors but the store is {self.dim}-d; run memos reindex {self.uri}"
+            )
+        if not any(idx.columns == ["text"] for idx in await table.list_indices()):
+            await retry_conflicts(lambda: table.create_index("text", config=FTS(with_position=False), replace=False))
+        self.tables[record_type.memory_type] = TypeTable(record_type, table, json_columns(record_type))
+
+    def type_table(self, memory_type: str) -> TypeTable:
+        return self.tables[memory_type]
+
+    async def add_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            table = self.tables[memory_type].table
+            await retry_conflicts(lambda: table.add(rows))
+
+    async def upsert_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            table = self.tables[memory_type].table
+            await retry_conflicts(
+                lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+            )
+
+    async def delete_rows(self, memory_type: str, where: str) -> None:
+        table = self.tables[memory_type].table
+        await retry_conflicts(lambda: table.delete(where))
+
+    async def rows(
+        self, memory_type: str, where: str | None, limit: int | None = None, columns: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        query = self.tables[memory_type].table.query()
+        if where:
+            query = query.where(where)
+        if columns:
+            query = query.select(columns)
+        if limit is not None:
+            query = query.limit(limit)
+        return await query.to_list()
+
+    async def count(self, memory_type: str, where: str | None = None) -> int:
+        return await self.tables[memory_type].table.count_rows(where)
+
+    async def vector_search(self, memory_type: str, vector: list[float], where: str | None, limit: int) -> list[dict[str, Any]]:
+        query = self.tables[memory_type].table.query().nearest_to(vector).distance_type("cosine").limit(limit)
+        if where:
+            query = query.where(where)
+        return await query.to_list()
+
+    async def text_search(self, memory_type: str, text: str, where: str | None, limit: int) -> list[dict[str, Any]]:
+        query = self.tables[memory_type].table.query().nearest_to_text(text, columns="text").limit(limit)
+        if where:
+            query = query.where(where)
+        return await query.to_list()
+
+    # --- history -------------------------------------------------------------------------
+
+    async def append_history(self, entries: list[dict[str, Any]]) -> None:
+        if entries:
+            await retry_conflicts(lambda: self.history.add(entries))
+
+    async def history_rows(self, where: str | None, limit: int | None = None) -> list[HistoryEntry]:
+        query = self.history.query()
+        if where:
+            query = query.where(where)
+        if limit is not None:
+            query = query.limit(limit)
+        rows = await query.to_list()
+        rows.sort(key=lambda r: r["at"])
+        return [
+            HistoryEntry(**{**r, "before": _loads(r["before"]), "after": _loads(r["after"])})
+            for r in rows
+        ]
+
+    async def delete_history(self, where: str) -> None:
+        await retry_conflicts(lambda: self.history.delete(where))
+
+    async def set_meta(self, key: str, value: str) -> None:
+        await _write_meta(self.meta, key, value)
+
+    async def get_meta(self) -> dict[str, str]:
+        return await _read_meta(self.meta)
+
+
+def history_row(
+    op: str, record: MemoryRecord, actor: str, before: dict[str, Any] | None, after: dict[str, Any] | None,
+    at: datetime, note: str | None = None,
+) -> dict[str, Any]:
+    """A history row for an operation on `record` (before/after must already be redacted)."""
+    return {
+        "id": new_id(), "at": at.astimezone(UTC), "op": op, "memory_type": record.memory_type, "record_id": record.id,
+        "actor": actor, "user_id": record.user_id, "agent_id": record.agent_id, "session_id": record.session_id,
+        "before": json.dumps(before, default=str) if before is not None else None,
+        "after": json.dumps(after, default=str) if after is not None else None, "note": note,
+    }
+
+
+def _loads(value: str | None) -> dict[str, Any] | None:
+    return json.loads(value) if value else None
+
+
+async def _read_meta(meta: Any) -> dict[str, str]:
+    return {row["key"]: row["value"] for row in await meta.query().to_list()}
+
+
+async def _write_meta(meta: Any, key: str, value: str) -> None:
+    await retry_conflicts(
+        lambda: meta.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(
+            [{"key": key, "value": value}]
+        )
+    )
+
+
+def _sql_type(data_type: pa.DataType) -> str:
+    if pa.types.is_timestamp(data_type):
+        return "TIMESTAMP"
+    if pa.types.is_boolean(data_type):
+        return "BOOLEAN"
+    if pa.types.is_int64(data_type):
+        return "BIGINT"
+    if pa.types.is_floating(data_type):
+        return "DOUBLE"
+    return "STRING"

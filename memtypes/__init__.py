@@ -1,0 +1,32 @@
+"""Typed memory modules: a small base class and the six built-in memory types.
+
+Add a memory type by subclassing `MemoryRecord` (see `memtypes.base`) and passing the class
+to `MemoryOS.open(..., types=[...])`.
+"""
+
+from __future__ import annotations
+
+from .base import BASE_FIELDS, MemoryRecord, RecordStatus, new_id
+from .core import CoreBlock
+from .episodic import Episode
+from .procedural import Procedure
+from .resource import Resource
+from .semantic import Fact
+from .vault import VaultItem
+
+__all__ = [
+    "BASE_FIELDS",
+    "BUILTIN_TYPES",
+    "CoreBlock",
+    "Episode",
+    "Fact",
+    "MemoryRecord",
+    "Procedure",
+    "RecordStatus",
+    "Resource",
+    "VaultItem",
+    "new_id",
+]
+
+BUILTIN_TYPES: tuple[type[MemoryRecord], ...] = (CoreBlock, Episode, Fact, Procedure, Resource, VaultItem)
+"""The six stores every `MemoryOS` has: core, episodic, semantic, procedural, resource, vault."""

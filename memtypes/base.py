@@ -1,0 +1,123 @@
+"""The base class of every memory type.
+
+A memory type is a pydantic model: its fields are the record schema (the kernel derives the
+LanceDB table from them), `index_text()` says what is embedded and full-text indexed, and
+`render()` says how a record reads in a prompt. Everything else has a default.
+
+    class Recipe(MemoryRecord):
+        memory_type: ClassVar[str] = "recipe"
+        title: str
+        ingredients: list[str] = []
+
+        def index_text(self) -> str:
+            return f"{self.title}: {', '.join(self.ingredients)}"
+
+        def render(self) -> str:
+            return f"Recipe {self.title} ({len(self.ingredients)} ingredients)"
+
+A class is concrete when it sets `memory_type`; its contract is checked when the class is
+defined, not when it first fails at run time.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["BASE_FIELDS", "MemoryRecord", "RecordStatus", "new_id", "utcnow"]
+
+RecordStatus = Literal["active", "superseded", "archived"]
+
+_TYPE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_RESERVED = {"meta", "history", "jobs"}
+
+
+def new_id() -> str:
+    """A fresh record id (32 hex characters)."""
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class MemoryRecord(BaseModel):
+    """One record of a memory store. Subclass it to define a memory type."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, str_max_length=1_000_000)
+
+    memory_type: ClassVar[str]
+    """The store's name (lowercase identifier); setting it makes a subclass concrete."""
+    description: ClassVar[str] = ""
+    """What the store is for, shown to the memory-manager agent when it routes writes."""
+    time_field: ClassVar[str] = "created_at"
+    """The datetime field that `since` / `until` filters and recency scoring use."""
+    secret_fields: ClassVar[tuple[str, ...]] = ()
+    """Fields encrypted at rest and never embedded, indexed, rendered or logged in clear."""
+
+    id: str = Field(default_factory=new_id, description="Record id, unique within the database.")
+    user_id: str = Field(default="", description="Owner user (scope).")
+    agent_id: str = Field(default="", description="Owning agent (scope); '' when user-wide.")
+    session_id: str = Field(default="", description="Session (scope); '' when not session-bound.")
+    text: str = Field(default="", description="What is embedded and full-text indexed; set from index_text().")
+    created_at: datetime = Field(default_factory=utcnow, description="When the record was written.")
+    updated_at: datetime = Field(default_factory=utcnow, description="When the record last changed.")
+    importance: float = Field(default=0.5, ge=0.0, le=1.0, description="How much the record matters, 0-1.")
+    access_count: int = Field(default=0, ge=0, description="How often retrieval returned it.")
+    last_accessed: datetime | None = Field(default=None, description="When retrieval last returned it.")
+    source_ids: list[str] = Field(default_factory=list, description="Provenance: message or record ids.")
+    tags: list[str] = Field(default_factory=list, description="Free labels for filtering.")
+    status: RecordStatus = Field(default="active", description="active, superseded or archived.")
+    valid_from: datetime | None = Field(default=None, description="Start of validity (facts).")
+    valid_to: datetime | None = Field(default=None, description="End of validity; set when superseded.")
+    superseded_by: str | None = Field(default=None, description="Id of the record that replaced this one.")
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if "memory_type" not in cls.__dict__:
+            return  # an abstract intermediate class
+        name = cls.memory_type
+        if not isinstance(name, str) or not _TYPE_NAME.match(name) or name in _RESERVED:
+            raise TypeError(
+                f"{cls.__name__}.memory_type must be a lowercase identifier (a-z, 0-9, _; max 40) "
+                f"and not one of {sorted(_RESERVED)}; got {name!r}"
+            )
+        for method in ("index_text", "render"):
+            if getattr(cls, method) is getattr(MemoryRecord, method):
+                raise TypeError(f"memory type {cls.__name__} must define {method}()")
+        if cls.time_field not in cls.model_fields:
+            raise TypeError(f"{cls.__name__}.time_field {cls.time_field!r} is not a field")
+        for secret in cls.secret_fields:
+            if secret not in cls.model_fields:
+                raise TypeError(f"{cls.__name__}.secret_fields names unknown field {secret!r}")
+
+    @field_validator("source_ids", "tags")
+    @classmethod
+    def _no_blank_items(cls, value: list[str]) -> list[str]:
+        return [v for v in value if v]
+
+    def index_text(self) -> str:
+        """The text to embed and full-text index. Must not include secret fields."""
+        raise NotImplementedError
+
+    def render(self) -> str:
+        """How this record reads in a prompt. Must not include secret fields."""
+        raise NotImplementedError
+
+    def event_time(self) -> datetime:
+        """The time this record is about (its `time_field`)."""
+        value = getattr(self, self.time_field)
+        return value if value is not None else self.created_at
+
+    @classmethod
+    def content_fields(cls) -> list[str]:
+        """The fields a subclass adds to the base (what a user or model writes)."""
+        return [name for name in cls.model_fields if name not in BASE_FIELDS]
+
+
+BASE_FIELDS: frozenset[str] = frozenset(MemoryRecord.model_fields)

@@ -1,0 +1,36 @@
+"""Episodic memory: time-stamped events, including every raw conversation turn (the recall log)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar
+
+from pydantic import Field
+
+from .base import MemoryRecord, utcnow
+
+__all__ = ["Episode"]
+
+
+class Episode(MemoryRecord):
+    """Something that happened at a time: a message, an action, an observation."""
+
+    memory_type: ClassVar[str] = "episodic"
+    description: ClassVar[str] = "Time-stamped events and experiences: what happened, when, who was involved."
+    time_field: ClassVar[str] = "occurred_at"
+
+    occurred_at: datetime = Field(default_factory=utcnow, description="When it happened.")
+    actor: str = Field(default="", max_length=256, description="Who did or said it.")
+    event_type: str = Field(default="event", max_length=64, description="message, action, observation, ...")
+    summary: str = Field(default="", description="The event in one line; for a message, its text.")
+    details: str = Field(default="", description="Longer description, attachments' captions.")
+
+    def index_text(self) -> str:
+        head = f"{self.actor}: {self.summary}" if self.actor else self.summary
+        return f"{head} {self.details}".strip()
+
+    def render(self) -> str:
+        when = f"{self.occurred_at.day} {self.occurred_at:%b %Y}"
+        who = f"{self.actor}: " if self.actor else ""
+        extra = f" ({self.details})" if self.details else ""
+        return f"[{when}] {who}{self.summary}{extra}"

@@ -1,0 +1,70 @@
+"""Shared fixtures: a real LanceDB in a temp dir, the real local embedder (loaded once)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LANCE_LOG", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from datetime import UTC, datetime, timedelta  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pydantic_ai.models  # noqa: E402
+import pytest  # noqa: E402
+
+from memos import MemoryOS, Scope  # noqa: E402
+from memos.embeddings import local_embedder  # noqa: E402
+
+pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
+
+
+class Clock:
+    """A clock tests move by hand."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        self.now += timedelta(**delta)
+        return self.now
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    """The real offline MiniLM embedder, shared by the whole session."""
+    return local_embedder()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def vault_key(tmp_path: Path) -> Path:
+    return tmp_path / "keys" / "vault.key"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "db"
+
+
+@pytest.fixture
+async def mem(db_path: Path, embedder, clock: Clock, vault_key: Path) -> MemoryOS:
+    """A fresh MemoryOS on a real LanceDB directory with the real embedder."""
+    return await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+
+
+@pytest.fixture
+def alice() -> Scope:
+    return Scope("alice", "assistant", "s1")
+
+
+@pytest.fixture
+def bob() -> Scope:
+    return Scope("bob", "assistant", "s1")
