@@ -237,7 +237,7 @@ class MemoryOS:
         names = [self.record_type(t).memory_type for t in (types or self.type_names)]
         request = SearchRequest(
             query=query, scope=scope, types=names, k=k, budget_tokens=budget_tokens, since=since, until=until,
-            tags=tags, statuses=("active", "superseded", "archived") if include_inactive else ("active",), policy=self.ranking,
+            tags=tags, statuses=_search_statuses(include_inactive, since, until), policy=self.ranking,
         )
         return await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)
 
@@ -260,6 +260,24 @@ class MemoryOS:
         done = await rebuild_tables(self.storage, new)
         self.embedder = new
         return done
+
+    def scheduler(self, *, model: Any = None, mode: str = "thread", jobs_url: str | None = None,
+                  clock: Callable[[], datetime] | None = None) -> Any:
+        """The background job scheduler of this store, run in this process (created and started on first call).
+
+        Jobs persist in `<store>.jobs.sqlite`; add them per scope with
+        `mem.scheduler().add("reflect", scope, every=timedelta(minutes=30))`. `model` is what
+        reflection and consolidation use (None: raw mode). `mode="manual"` runs nothing by itself:
+        call `run_due()` after moving the clock (tests). See `memos.scheduler`.
+        """
+        current = getattr(self, "_scheduler", None)
+        if current is None or not current.running:
+            from .jobs import register_live
+            from .scheduler import MemoryScheduler
+
+            register_live(self, model)
+            current = self._scheduler = MemoryScheduler(self.storage.uri, jobs_url=jobs_url, clock=clock or self.clock, mode=mode).start()
+        return current
 
     # --- internals -----------------------------------------------------------------------
 
@@ -341,6 +359,13 @@ class MemoryOS:
         rows = await self.storage.rows(name, Where().id_in(ids).build(), columns=["id", "vector"])
         by_id = {r["id"]: r["vector"] for r in rows}
         return [by_id.get(i) for i in ids]
+
+
+def _search_statuses(include_inactive: bool, since: datetime | None, until: datetime | None) -> tuple[str, ...]:
+    """A query about a past window also sees facts superseded since (they were true then); archived stays out."""
+    if include_inactive:
+        return ("active", "superseded", "archived")
+    return ("active", "superseded") if since is not None or until is not None else ("active",)
 
 
 def _audit(record: MemoryRecord | None) -> dict[str, Any] | None:

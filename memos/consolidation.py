@@ -1,0 +1,290 @@
+"""Consolidation: merge duplicates and supersede contradicted facts, as a plan, then apply it.
+
+Planning is pure (`plan_consolidation` takes records and vectors, returns a
+`ConsolidationPlan`); `apply_plan` carries a plan out through `MemoryOS`, so every change is
+in history and nothing is deleted:
+
+- **merge**: records of one store and scope with the same normalized text, or with cosine
+  similarity >= `similarity` (near-duplicates), form a group. The survivor is the one with the
+  best importance (then the oldest); it keeps the union of provenance (`source_ids`), tags and
+  access counts and the best importance. The others are archived with `superseded_by` set to
+  the survivor and the tag `merged`. Episodes only merge when actor and time are equal too
+  (a double-ingested turn), never because two different moments said the same words.
+- **supersede** (facts, no model): two active facts with the same subject and the same
+  attribute but different values contradict; the newer one wins (by `valid_from`, else
+  `created_at`). The older closes its validity (`valid_to` = the newer's start), gets
+  `status="superseded"` and `superseded_by`. The attribute comes from a `attr:<name>` tag,
+  else from a small set of relational phrases ("lives in", "works at", "<x> is ..."). Anything
+  the heuristic cannot parse is left alone: it is conservative on purpose. With a model, the
+  consolidation agent (`agents/consolidation.py`) makes the decision instead.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from memtypes import MemoryRecord
+
+__all__ = [
+    "ConsolidationPlan",
+    "Merge",
+    "Supersede",
+    "apply_plan",
+    "fact_key",
+    "mark",
+    "normalize_text",
+    "plan_consolidation",
+    "plan_contradictions",
+    "plan_merges",
+]
+
+_WORDS = re.compile(r"[^\w']+", re.UNICODE)
+_RELATIONS = {
+    "lives in": "lives in", "lives at": "lives in", "moved to": "lives in", "relocated to": "lives in",
+    "is based in": "lives in", "works at": "works at", "works for": "works at", "joined": "works at",
+    "works as": "works as", "is married to": "married to", "is dating": "partner", "prefers": "prefers",
+    "drives": "drives", "is allergic to": "allergic to",
+}
+_RELATION = re.compile(r"^(?:he |she |they |it )?(" + "|".join(sorted(map(re.escape, _RELATIONS), key=len, reverse=True)) + r") (.+)$")
+_ATTRIBUTE_IS = re.compile(r"^(?:'s )?([a-z][a-z ]{0,40}?) (?:is|are) (.+)$")
+
+
+def normalize_text(text: str) -> str:
+    """Lowercase words only: what two records must share to be exact duplicates."""
+    return " ".join(_WORDS.sub(" ", text.lower()).replace(" '", " ").replace("' ", " ").split())
+
+
+def fact_key(record: MemoryRecord) -> tuple[str, str, str] | None:
+    """(subject, attribute, value) of a fact, or None when the heuristic cannot tell."""
+    subject = normalize_text(getattr(record, "subject", "") or "")
+    summary = getattr(record, "summary", "") or ""
+    if not subject or not summary:
+        return None
+    tagged = next((t.split(":", 1)[1] for t in record.tags if t.startswith("attr:")), None)
+    text = " ".join(summary.lower().rstrip(".!").split())
+    if text.startswith(subject + "'s "):
+        text = "'s " + text[len(subject) + 3:]
+    elif text.startswith(subject + " "):
+        text = text[len(subject) + 1:]
+    if tagged:
+        return subject, normalize_text(tagged), normalize_text(text)
+    match = _RELATION.match(text.removeprefix("'s "))
+    if match:
+        return subject, _RELATIONS[match.group(1)], normalize_text(match.group(2))
+    match = _ATTRIBUTE_IS.match(text)
+    if match and match.group(1) not in {"he", "she", "they", "it", "this", "that", "there"}:
+        return subject, normalize_text(match.group(1)), normalize_text(match.group(2))
+    return None
+
+
+@dataclass(frozen=True)
+class Merge:
+    """Archive `merged_ids` into `survivor_id`, which takes the union of their provenance."""
+
+    survivor_id: str
+    merged_ids: tuple[str, ...]
+    importance: float
+    source_ids: tuple[str, ...]
+    tags: tuple[str, ...]
+    access_count: int
+    reason: str
+    kind: Literal["merge"] = "merge"
+
+
+@dataclass(frozen=True)
+class Supersede:
+    """Close `old_id`'s validity at `valid_to` and link it to `new_id`."""
+
+    old_id: str
+    new_id: str
+    valid_to: datetime
+    reason: str
+    kind: Literal["supersede"] = "supersede"
+
+
+@dataclass
+class ConsolidationPlan:
+    """What consolidation will do to one store of one scope."""
+
+    memory_type: str
+    merges: list[Merge] = field(default_factory=list)
+    supersedes: list[Supersede] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.merges and not self.supersedes
+
+    def counts(self) -> dict[str, int]:
+        return {"merged": sum(len(m.merged_ids) for m in self.merges), "superseded": len(self.supersedes)}
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+def _dup_key(record: MemoryRecord) -> tuple[Any, ...]:
+    text = normalize_text(record.text or record.index_text())
+    if record.memory_type == "episodic":
+        return (getattr(record, "actor", ""), record.event_time(), text)
+    return (text,)
+
+
+def _start(record: MemoryRecord) -> datetime:
+    return record.valid_from or record.created_at
+
+
+def plan_merges(records: Sequence[MemoryRecord], vectors: dict[str, list[float]] | None = None, *,
+                similarity: float = 0.95) -> list[Merge]:
+    """Groups of duplicates (same normalized text, or cosine >= `similarity`) and their survivors."""
+    active = sorted((r for r in records if r.status == "active"), key=lambda r: (r.created_at, r.id))
+    parent = {r.id: r.id for r in active}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    reasons: dict[str, str] = {}
+    first: dict[tuple[Any, ...], str] = {}
+    for r in active:
+        key = _dup_key(r)
+        if key in first:
+            union(first[key], r.id)
+            reasons[r.id] = "same text"
+        else:
+            first[key] = r.id
+    if vectors and similarity < 1.0 and active and active[0].memory_type != "episodic":
+        with_vec = [r for r in active if vectors.get(r.id)]
+        keys = {r.id: fact_key(r) for r in with_vec}
+        for i, a in enumerate(with_vec):
+            for b in with_vec[i + 1:]:
+                if find(a.id) == find(b.id):
+                    continue
+                ka, kb = keys[a.id], keys[b.id]
+                if ka and kb and ka[:2] == kb[:2] and ka[2] != kb[2]:
+                    continue  # a contradiction, not a duplicate
+                score = _cosine(vectors[a.id], vectors[b.id])
+                if score >= similarity:
+                    union(a.id, b.id)
+                    reasons[b.id] = f"similar ({score:.3f})"
+    groups: dict[str, list[MemoryRecord]] = {}
+    for r in active:
+        groups.setdefault(find(r.id), []).append(r)
+    merges = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        survivor = max(members, key=lambda r: (r.importance, -r.created_at.timestamp(), _neg(r.id)))
+        others = [r for r in members if r.id != survivor.id]
+        sources = list(dict.fromkeys([*survivor.source_ids, *(s for r in others for s in r.source_ids)]))
+        tags = list(dict.fromkeys([*survivor.tags, *(t for r in others for t in r.tags)]))
+        why = sorted({reasons.get(r.id, "same text") for r in others})
+        merges.append(Merge(survivor.id, tuple(r.id for r in others), max(r.importance for r in members), tuple(sources),
+                            tuple(tags), sum(r.access_count for r in members), ", ".join(why)))
+    return sorted(merges, key=lambda m: m.survivor_id)
+
+
+def _neg(text: str) -> tuple[int, ...]:
+    return tuple(-ord(c) for c in text)
+
+
+def plan_contradictions(records: Sequence[MemoryRecord], *, exclude: set[str] = frozenset()) -> list[Supersede]:
+    """Facts with the same subject and attribute but another value: each is closed by the next newer one."""
+    by_key: dict[tuple[str, str], list[tuple[MemoryRecord, str]]] = {}
+    for r in records:
+        if r.status != "active" or r.id in exclude or r.memory_type != "semantic":
+            continue
+        key = fact_key(r)
+        if key is not None:
+            by_key.setdefault(key[:2], []).append((r, key[2]))
+    out = []
+    for (subject, attribute), facts in by_key.items():
+        facts.sort(key=lambda f: (_start(f[0]), f[0].id))
+        for (old, old_value), (new, new_value) in zip(facts, facts[1:]):
+            if old_value != new_value:
+                out.append(Supersede(old.id, new.id, _start(new),
+                                     f"{subject} {attribute}: {old_value!r} -> {new_value!r}"))
+    return out
+
+
+def plan_consolidation(memory_type: str, records: Sequence[MemoryRecord], vectors: dict[str, list[float]] | None = None,
+                       *, similarity: float = 0.95, contradictions: bool = True) -> ConsolidationPlan:
+    """The whole plan for one store of one scope: merges first, then contradictions among the rest."""
+    merges = plan_merges(records, vectors, similarity=similarity)
+    merged = {i for m in merges for i in m.merged_ids}
+    supersedes = plan_contradictions(records, exclude=merged) if contradictions and memory_type == "semantic" else []
+    return ConsolidationPlan(memory_type, merges, supersedes)
+
+
+async def mark(memory: Any, scope: Any, name: str, record: MemoryRecord, changes: dict[str, Any], *, op: str,
+               actor: str, note: str | None = None) -> MemoryRecord:
+    """Change bookkeeping fields of a record, keeping its stored vector (its text does not change).
+
+    Unlike `MemoryOS.update` this never re-embeds, so a job running without an embedder
+    (full-text-only worker) cannot strip vectors from the records it touches.
+    """
+    changed = memory._revalidate(record, {**changes, "updated_at": memory.clock()})
+    await memory._write(name, [changed], op, actor, before={record.id: record}, vectors_from=record, note=note)
+    return changed
+
+
+async def apply_plan(memory: Any, scope: Any, plan: ConsolidationPlan, *, actor: str = "consolidation") -> dict[str, int]:
+    """Carry a plan out through `MemoryOS` (history for every change); returns counts.
+
+    Records are re-read first: one that vanished or stopped being active since planning
+    (another writer got there first) is skipped, not resurrected.
+    """
+    done = {"merged": 0, "superseded": 0, "skipped": 0}
+    name = plan.memory_type
+    for merge in plan.merges:
+        current = await _active(memory, scope, name, [merge.survivor_id, *merge.merged_ids])
+        survivor = current.get(merge.survivor_id)
+        others = [current[i] for i in merge.merged_ids if i in current]
+        done["skipped"] += len(merge.merged_ids) - len(others)
+        if survivor is None or not others:
+            done["skipped"] += len(others)
+            continue
+        await mark(memory, scope, name, survivor, {
+            "importance": max(merge.importance, survivor.importance),
+            "source_ids": list(dict.fromkeys([*survivor.source_ids, *merge.source_ids])),
+            "tags": list(dict.fromkeys([*survivor.tags, *merge.tags])),
+            "access_count": max(merge.access_count, survivor.access_count),
+        }, op="merge", actor=actor, note=f"survivor of {len(others)} duplicates")
+        for other in others:
+            await mark(memory, scope, name, other,
+                       {"status": "archived", "superseded_by": survivor.id, "tags": list(dict.fromkeys([*other.tags, "merged"]))},
+                       op="merge", actor=actor, note=f"merged into {survivor.id} ({merge.reason})")
+            done["merged"] += 1
+    for sup in plan.supersedes:
+        current = await _active(memory, scope, name, [sup.old_id, sup.new_id])
+        if len(current) != 2:
+            done["skipped"] += 1
+            continue
+        old, new = current[sup.old_id], current[sup.new_id]
+        await mark(memory, scope, name, old, {"status": "superseded", "valid_to": sup.valid_to, "superseded_by": new.id},
+                   op="supersede", actor=actor, note=sup.reason)
+        if new.valid_from is None:
+            await mark(memory, scope, name, new, {"valid_from": _start(new)}, op="update", actor=actor, note="validity opened")
+        done["superseded"] += 1
+    return done
+
+
+async def _active(memory: Any, scope: Any, name: str, ids: list[str]) -> dict[str, MemoryRecord]:
+    from .scope import Where
+
+    rows = await memory.storage.rows(name, Where(scope).id_in(ids).status_in(("active",)).build())
+    table = memory.storage.type_table(name)
+    return {r["id"]: table.to_record(r) for r in rows}

@@ -1,0 +1,87 @@
+"""The scheduler: persistent jobs, coalesced missed runs, per-scope control, injected clock."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+
+from memos import ConfigError, MemoryOS, Scope
+from memos.jobs import job_history
+from memos.scheduler import MemoryScheduler, default_jobs_url, job_id
+from memtypes import Fact
+
+
+async def _job_runs(db_path, kind=None) -> list[dict]:
+    fresh = await MemoryOS.open(db_path, embedder=None)
+    return await job_history(fresh, Scope("alice"), kind=kind, limit=None)
+
+
+async def test_job_survives_restart_and_runs_once_for_missed_window(db_path, clock, alice):
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
+    await mem.add(alice, Fact(subject="alice", summary="likes tea"))
+    sched = MemoryScheduler(db_path, clock=clock, mode="manual").start()
+    info = sched.add("consolidate", alice, every=timedelta(hours=1))
+    assert info.next_run_time == clock() + timedelta(hours=1)
+    sched.shutdown()  # the process "stops"
+
+    clock.advance(hours=5, minutes=30)  # five runs missed while it was down
+    reopened = MemoryScheduler(db_path, clock=clock, mode="manual").start()
+    [job] = reopened.jobs()
+    assert job.id == job_id("consolidate", alice) and job.kind == "consolidate" and job.scope == alice
+    results = reopened.run_due()
+    assert len(results) == 1 and results[0]["job"] == "consolidate" and results[0]["errors"] == []
+    assert reopened.run_due() == []  # coalesced: nothing left for the missed window
+    runs = await _job_runs(db_path, "consolidate")
+    assert len(runs) == 1
+    # next regular run is on the hour grid after the catch-up, once
+    assert reopened.jobs()[0].next_run_time == clock() + timedelta(minutes=30)
+    clock.advance(minutes=30)
+    assert len(reopened.run_due()) == 1
+    reopened.shutdown()
+
+
+async def test_pause_resume_remove_per_scope(db_path, clock, alice, bob):
+    sched = MemoryScheduler(db_path, clock=clock, mode="manual").start()
+    sched.add("decay", alice, every=timedelta(minutes=10))
+    sched.add("decay", bob, every=timedelta(minutes=10))
+    sched.add("reflect", alice, every=timedelta(minutes=10))
+    assert len(sched.jobs()) == 3
+    assert sched.pause("decay", alice).paused
+    clock.advance(minutes=10)
+    ran = sorted(r["job_id"] for r in sched.run_due())
+    assert ran == ["decay:bob:assistant:s1", "reflect:alice:assistant:s1"]
+    resumed = sched.resume("decay", alice)
+    assert not resumed.paused and resumed.next_run_time > clock()
+    sched.remove("reflect", alice)
+    assert [j.id for j in sched.jobs()] == ["decay:alice:assistant:s1", "decay:bob:assistant:s1"]
+    with pytest.raises(ConfigError, match="no reflect job"):
+        sched.remove("reflect", alice)
+    with pytest.raises(ConfigError, match="unknown job kind"):
+        sched.add("dream", alice)
+    # adding the same kind for the same scope replaces, never duplicates
+    sched.add("decay", bob, every=timedelta(minutes=5))
+    assert len(sched.jobs()) == 2 and sched.get("decay", bob).every_seconds == 300
+    sched.shutdown()
+
+
+async def test_thread_scheduler_runs_due_jobs_by_itself(db_path, clock, alice):
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
+    sched = mem.scheduler()  # in-process, background thread, the memory's clock
+    assert mem.scheduler() is sched
+    sched.add("maintain", alice, every=timedelta(hours=6))
+    clock.advance(hours=6)
+    sched.wakeup()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not await job_history(mem, alice, kind="maintain"):
+        time.sleep(0.1)
+    [run] = await job_history(mem, alice, kind="maintain")
+    assert run["errors"] == [] and "compaction" in run
+    sched.shutdown()
+
+
+def test_job_store_sits_next_to_the_store(tmp_path):
+    assert default_jobs_url(tmp_path / "db") == f"sqlite:///{tmp_path / 'db.jobs.sqlite'}"
+    with pytest.raises(ConfigError, match="jobs_url"):
+        default_jobs_url("s3://bucket/memos")
