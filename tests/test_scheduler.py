@@ -22,7 +22,8 @@ async def test_job_survives_restart_and_runs_once_for_missed_window(db_path, clo
     mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
     await mem.add(alice, Fact(subject="alice", summary="likes tea"))
     sched = MemoryScheduler(db_path, clock=clock, mode="manual").start()
-    info = sched.add("consolidate", alice, every=timedelta(hours=1))
+    # a job carries only plain options: the run after the restart opens the store itself
+    info = sched.add("consolidate", alice, every=timedelta(hours=1), options={"embedder": None})
     assert info.next_run_time == clock() + timedelta(hours=1)
     sched.shutdown()  # the process "stops"
 
@@ -44,9 +45,10 @@ async def test_job_survives_restart_and_runs_once_for_missed_window(db_path, clo
 
 async def test_pause_resume_remove_per_scope(db_path, clock, alice, bob):
     sched = MemoryScheduler(db_path, clock=clock, mode="manual").start()
-    sched.add("decay", alice, every=timedelta(minutes=10))
-    sched.add("decay", bob, every=timedelta(minutes=10))
-    sched.add("reflect", alice, every=timedelta(minutes=10))
+    plain = {"embedder": None}
+    sched.add("decay", alice, every=timedelta(minutes=10), options=plain)
+    sched.add("decay", bob, every=timedelta(minutes=10), options=plain)
+    sched.add("reflect", alice, every=timedelta(minutes=10), options=plain)
     assert len(sched.jobs()) == 3
     assert sched.pause("decay", alice).paused
     clock.advance(minutes=10)

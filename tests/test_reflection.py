@@ -1,0 +1,119 @@
+"""Reflection: fires when accumulated importance reaches the threshold (not before), writes cited insights."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from agents.reflection import render_prompt
+from memos.jobs import ReflectionPolicy, reflection_state, should_reflect
+from memtypes import Episode, Fact, Procedure
+
+_ID = re.compile(r"\[([0-9a-f]{32})\]")
+
+
+class ScriptedReflector:
+    """A FunctionModel function: cites ids it was shown (first attempt cites a bogus one if asked to)."""
+
+    def __init__(self, bogus_first: bool = False) -> None:
+        self.calls = 0
+        self.prompts: list[str] = []
+        self.bogus_first = bogus_first
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.calls += 1
+        text = "\n".join(str(getattr(p, "content", "")) for m in messages for p in m.parts)
+        self.prompts.append(text)
+        ids = _ID.findall(text)
+        cite = ["f" * 32] if self.bogus_first and self.calls == 1 else ids[:3]
+        insights = [
+            {"kind": "fact", "subject": "alice", "summary": "Alice is training for a marathon", "importance": 0.8,
+             "source_ids": cite},
+            {"kind": "procedure", "summary": "Plan alice's long runs", "steps": ["check weather", "pack gel"],
+             "source_ids": ids[-2:]},
+        ]
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"insights": insights})])
+
+
+async def _episodes(mem, scope, n, importance=0.5):
+    await mem.add(scope, [Episode(actor="alice", summary=f"ran {k + 3} km this morning", importance=importance) for k in range(n)])
+
+
+async def test_reflection_fires_at_threshold_not_before_and_cites_sources(mem, clock, alice):
+    script = ScriptedReflector()
+    sched = mem.scheduler(model=FunctionModel(script), mode="manual")
+    sched.add("reflect", alice, every=timedelta(minutes=5))  # default threshold 15.0 = GA's 150 on 1-10
+
+    await _episodes(mem, alice, 29)  # 29 x 0.5 = 14.5 < 15
+    clock.advance(minutes=5)
+    [below] = sched.run_due()
+    assert below["importance"] == 14.5 and "below threshold" in below["skipped"]
+    assert script.calls == 0 and (await mem.counts(alice))["semantic"] == 0
+
+    await _episodes(mem, alice, 1)  # 15.0: reaches the threshold
+    clock.advance(minutes=5)
+    [fired] = sched.run_due()
+    assert fired["insights"] == 2 and fired["facts"] == 1 and fired["procedures"] == 1, fired
+    assert script.calls == 1
+    episode_ids = {e.id for e in await mem.list(alice, "episodic", limit=None)}
+    [fact] = await mem.list(alice, "semantic")
+    [proc] = await mem.list(alice, "procedural")
+    assert isinstance(fact, Fact) and fact.summary == "Alice is training for a marathon" and "reflection" in fact.tags
+    assert isinstance(proc, Procedure) and proc.steps == ["check weather", "pack gel"]
+    for record in (fact, proc):
+        assert record.source_ids and set(record.source_ids) <= episode_ids
+    assert len(_ID.findall(script.prompts[0])) == 30  # the model saw the 30 new episodes
+    history = await mem.history(alice, fact.id)
+    assert history[0].actor == "reflection"
+    assert (await reflection_state(mem, alice))["last_at"] == clock()
+
+    # the counter restarts after a reflection: a few new episodes do not fire it again
+    clock.advance(minutes=1)
+    await _episodes(mem, alice, 4, importance=1.0)
+    clock.advance(minutes=5)
+    [after] = sched.run_due()
+    assert after["importance"] == 4.0 and "skipped" in after and script.calls == 1
+    sched.shutdown()
+
+
+async def test_raw_mode_skips_reflection_and_says_so(mem, clock, alice):
+    sched = mem.scheduler(mode="manual")  # no model
+    sched.add("reflect", alice, every=timedelta(minutes=5))
+    await _episodes(mem, alice, 40, importance=1.0)
+    clock.advance(minutes=5)
+    [result] = sched.run_due()
+    assert result["skipped"].startswith("raw mode") and result["errors"] == []
+    assert (await mem.counts(alice))["semantic"] == 0
+    sched.shutdown()
+
+
+async def test_uncited_insight_goes_back_to_the_model(mem, clock, alice):
+    from memos.jobs import reflect
+
+    script = ScriptedReflector(bogus_first=True)
+    await _episodes(mem, alice, 3)
+    clock.advance(minutes=1)
+    result = await reflect(mem, alice, model=FunctionModel(script), force=True)
+    assert script.calls == 2 and "were not shown" in script.prompts[1]
+    [fact] = await mem.list(alice, "semantic")
+    assert "f" * 32 not in fact.source_ids and result["insights"] == 2
+
+
+def test_trigger_is_debounced_and_has_an_interval(clock):
+    policy = ReflectionPolicy(threshold=15.0, interval=timedelta(hours=24), debounce=timedelta(minutes=10))
+    now = clock()
+    assert should_reflect(20.0, 5, now - timedelta(minutes=3), now, policy)[0] is False  # debounced
+    assert should_reflect(20.0, 5, now - timedelta(minutes=30), now, policy)[0] is True
+    assert should_reflect(1.0, 2, now - timedelta(hours=25), now, policy)[0] is True  # interval
+    assert should_reflect(1.0, 2, now - timedelta(hours=2), now, policy)[0] is False
+    assert should_reflect(99.0, 0, None, now, policy)[0] is False  # nothing new
+
+
+def test_prompt_templates_take_exactly_what_the_code_passes(clock):
+    episode = Episode(actor="alice", summary="hi")
+    text = render_prompt("reflection_episodes.j2", episodes=[episode])
+    assert episode.id in text and "hi" in text
+    assert "2026" in render_prompt("reflection.j2", now="2026-01-15", max_insights=3)
