@@ -31,9 +31,14 @@ def run_worker(
     jobs_url: str | None = None,
     duration: float | None = None,
     stop: threading.Event | None = None,
+    stop_file: str | Path | None = None,
     max_workers: int = 4,
 ) -> dict[str, Any]:
-    """Run scheduled jobs for the store at `uri` until stopped; returns how many runs happened."""
+    """Run scheduled jobs for the store at `uri` until stopped; returns how many runs happened.
+
+    Stops on SIGINT/SIGTERM, when `stop` is set, after `duration` seconds, or once `stop_file` exists
+    (a portable way for another process to ask it to finish its current jobs and exit).
+    """
     from .jobs import register_live, unregister_live
     from .os import MemoryOS
     from .scheduler import MemoryScheduler
@@ -53,9 +58,9 @@ def run_worker(
     try:
         while not stop.is_set():
             remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            if (remaining is not None and remaining <= 0) or (stop_file is not None and Path(stop_file).exists()):
                 break
-            stop.wait(min(1.0, remaining) if remaining is not None else 1.0)
+            stop.wait(min(0.2, remaining) if remaining is not None else 0.2)
     finally:
         scheduler.shutdown(wait=True)
         unregister_live(memory)
@@ -69,12 +74,12 @@ def _executed_mask() -> int:
 
 
 def worker_main(uri: str, embedder: str | None = "local", model: str | None = None, duration: float | None = None,
-                jobs_url: str | None = None) -> None:
+                jobs_url: str | None = None, stop_file: str | None = None) -> None:
     """Spawn-friendly entry point (plain arguments): `ctx.Process(target=worker_main, args=(uri, None))`."""
     import os
 
     os.environ.setdefault("LANCE_LOG", "error")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     result = run_worker(uri, embedder=None if embedder in (None, "none") else embedder, model=model,
-                        jobs_url=jobs_url, duration=duration)
+                        jobs_url=jobs_url, duration=duration, stop_file=stop_file)
     log.info("memos worker stopped after %d job runs", result["runs"])

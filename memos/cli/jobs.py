@@ -59,11 +59,12 @@ def worker(
     model: ModelOption = None,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds (default: run until Ctrl-C).")] = None,
     jobs_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the job store (default: <db>.jobs.sqlite).")] = None,
+    stop_file: Annotated[Path | None, typer.Option(help="Finish and exit once this file exists.")] = None,
 ) -> None:
-    """Run the scheduled jobs of a store in this process until stopped."""
+    """Run the scheduled jobs of a store in this process until stopped (Ctrl-C, --duration, --stop-file)."""
     from ..worker import run_worker
 
-    result = run_worker(db, embedder=_embedder(embedder), model=model, duration=duration, jobs_url=jobs_url)
+    result = run_worker(db, embedder=_embedder(embedder), model=model, duration=duration, jobs_url=jobs_url, stop_file=stop_file)
     console.print(f"worker stopped after {result['runs']} job runs")
 
 
