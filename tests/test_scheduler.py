@@ -87,3 +87,40 @@ def test_job_store_sits_next_to_the_store(tmp_path):
     assert default_jobs_url(tmp_path / "db") == f"sqlite:///{tmp_path / 'db.jobs.sqlite'}"
     with pytest.raises(ConfigError, match="jobs_url"):
         default_jobs_url("s3://bucket/memos")
+
+
+async def test_one_running_instance_per_job(db_path, clock, alice):
+    """A run still going when the next one is due is not started twice (max_instances=1)."""
+    import threading
+
+    from apscheduler.events import EVENT_JOB_MAX_INSTANCES
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from memtypes import Episode
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_model(messages, info):
+        entered.set()
+        release.wait(30)
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"insights": []})])
+
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
+    await mem.add(alice, Episode(summary="something happened", importance=1.0))
+    sched = mem.scheduler(model=FunctionModel(slow_model))
+    skipped = []
+    sched._aps.add_listener(lambda event: skipped.append(event.job_id), EVENT_JOB_MAX_INSTANCES)
+    sched.add("reflect", alice, every=timedelta(minutes=1), options={"force": True})
+    clock.advance(minutes=1)
+    sched.wakeup()
+    assert entered.wait(30)
+    clock.advance(minutes=1)
+    sched.wakeup()
+    deadline = time.monotonic() + 30
+    while not skipped and time.monotonic() < deadline:
+        time.sleep(0.05)
+    release.set()
+    sched.shutdown()
+    assert skipped == [job_id("reflect", alice)]
+    assert len(await job_history(mem, alice, kind="reflect")) == 1
