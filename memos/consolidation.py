@@ -21,7 +21,6 @@ in history and nothing is deleted:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -123,10 +122,24 @@ class ConsolidationPlan:
         return {"merged": sum(len(m.merged_ids) for m in self.merges), "superseded": len(self.supersedes)}
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
+def _similar_pairs(records: list[MemoryRecord], vectors: dict[str, list[float]], similarity: float,
+                   block: int = 1024) -> list[tuple[MemoryRecord, MemoryRecord, float]]:
+    """Pairs (i < j) with cosine >= similarity, computed blockwise with numpy."""
+    import numpy as np
+
+    if len(records) < 2:
+        return []
+    matrix = np.asarray([vectors[r.id] for r in records], dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    matrix = matrix / np.where(norms == 0, 1.0, norms)
+    out = []
+    for start in range(0, len(records), block):
+        sims = matrix[start:start + block] @ matrix.T
+        rows, cols = np.nonzero(sims >= similarity)
+        for i, j in zip(rows.tolist(), cols.tolist(), strict=True):
+            if start + i < j:
+                out.append((records[start + i], records[j], float(sims[i, j])))
+    return out
 
 
 def _dup_key(record: MemoryRecord) -> tuple[Any, ...]:
@@ -167,19 +180,14 @@ def plan_merges(records: Sequence[MemoryRecord], vectors: dict[str, list[float]]
         else:
             first[key] = r.id
     if vectors and similarity < 1.0 and active and active[0].memory_type != "episodic":
-        with_vec = [r for r in active if vectors.get(r.id)]
-        keys = {r.id: fact_key(r) for r in with_vec}
-        for i, a in enumerate(with_vec):
-            for b in with_vec[i + 1:]:
-                if find(a.id) == find(b.id):
-                    continue
-                ka, kb = keys[a.id], keys[b.id]
-                if ka and kb and ka[:2] == kb[:2] and ka[2] != kb[2]:
-                    continue  # a contradiction, not a duplicate
-                score = _cosine(vectors[a.id], vectors[b.id])
-                if score >= similarity:
-                    union(a.id, b.id)
-                    reasons[b.id] = f"similar ({score:.3f})"
+        for a, b, score in _similar_pairs([r for r in active if vectors.get(r.id)], vectors, similarity):
+            if find(a.id) == find(b.id):
+                continue
+            ka, kb = fact_key(a), fact_key(b)
+            if ka and kb and ka[:2] == kb[:2] and ka[2] != kb[2]:
+                continue  # a contradiction, not a duplicate
+            union(a.id, b.id)
+            reasons[b.id] = f"similar ({score:.3f})"
     groups: dict[str, list[MemoryRecord]] = {}
     for r in active:
         groups.setdefault(find(r.id), []).append(r)

@@ -382,7 +382,7 @@ class ScopedMemory:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.memory, name)
-        if not callable(method) or name in {"record_type", "scoped", "cipher", "open", "open_sync"}:
+        if not callable(method) or name in {"record_type", "scoped", "cipher", "open", "open_sync", "scheduler"}:
             return method
         scope = self.scope
 

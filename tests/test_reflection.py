@@ -117,3 +117,21 @@ def test_prompt_templates_take_exactly_what_the_code_passes(clock):
     text = render_prompt("reflection_episodes.j2", episodes=[episode])
     assert episode.id in text and "hi" in text
     assert "2026" in render_prompt("reflection.j2", now="2026-01-15", max_insights=3)
+
+
+async def test_a_failing_job_records_its_error_in_history(mem, clock, alice):
+    from memos.jobs import job_history
+
+    def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"insights": [{"kind": "poem"}]})])
+
+    sched = mem.scheduler(model=FunctionModel(broken), mode="manual")
+    sched.add("reflect", alice, every=timedelta(minutes=5), options={"force": True})
+    await _episodes(mem, alice, 2)
+    clock.advance(minutes=5)
+    [result] = sched.run_due()
+    assert result["errors"] and "UnexpectedModelBehavior" in result["errors"][0]
+    [run] = await job_history(mem, alice, kind="reflect")
+    assert run["note"] == "failed" and run["errors"] == result["errors"]
+    assert (await mem.counts(alice))["semantic"] == 0
+    sched.shutdown()
