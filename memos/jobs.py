@@ -291,12 +291,18 @@ _OPENED: dict[tuple[str, str | None], Any] = {}
 
 def register_live(memory: Any, model: Any = None) -> None:
     """Let scheduled jobs for `memory`'s URI use this open instance (and model) instead of opening the store."""
-    _LIVE[memory.storage.uri] = (memory, model)
+    from .scheduler import canonical_uri
+
+    _LIVE[canonical_uri(memory.storage.uri)] = (memory, model)
 
 
 def unregister_live(memory: Any) -> None:
-    if _LIVE.get(memory.storage.uri, (None,))[0] is memory:
-        del _LIVE[memory.storage.uri]
+    """Undo `register_live` (when the worker or the in-process scheduler stops)."""
+    from .scheduler import canonical_uri
+
+    key = canonical_uri(memory.storage.uri)
+    if _LIVE.get(key, (None,))[0] is memory:
+        del _LIVE[key]
 
 
 def run_scheduled_job(kind: str, uri: str, user_id: str, agent_id: str | None, session_id: str | None,
@@ -306,6 +312,7 @@ def run_scheduled_job(kind: str, uri: str, user_id: str, agent_id: str | None, s
     live = _LIVE.get(uri)
     if live is not None:
         memory, model = live
+        model = model if model is not None else options.get("model")
     else:
         from .os import MemoryOS
 

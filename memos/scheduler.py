@@ -46,7 +46,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from .exceptions import ConfigError
 from .scope import Scope
 
-__all__ = ["JOB_KINDS", "JobInfo", "MemoryScheduler", "default_jobs_url", "job_id"]
+__all__ = ["JOB_KINDS", "JobInfo", "MemoryScheduler", "canonical_uri", "default_jobs_url", "job_id"]
 
 log = logging.getLogger("memos.scheduler")
 
@@ -54,6 +54,18 @@ JOB_KINDS = ("reflect", "consolidate", "decay", "maintain")
 """The kinds of background work a scope can have scheduled (see `memos.jobs`)."""
 
 _JOB_FUNC = "memos.jobs:run_scheduled_job"
+
+
+def canonical_uri(uri: str | Path) -> str:
+    """One spelling per store: local paths absolute and resolved, other URIs as given.
+
+    Jobs carry the store's URI; the worker finds its open store by it, so `memory` and
+    `./memory` must be the same key.
+    """
+    text = str(uri)
+    if "://" in text and not text.startswith("file://"):
+        return text
+    return str(Path(text.removeprefix("file://")).expanduser().resolve())
 
 
 def default_jobs_url(uri: str | Path) -> str:
@@ -260,7 +272,7 @@ class MemoryScheduler:
     ) -> None:
         if mode not in ("thread", "manual"):
             raise ConfigError(f"scheduler mode must be 'thread' or 'manual', got {mode!r}")
-        self.uri = str(uri)
+        self.uri = canonical_uri(uri)
         self.jobs_url = jobs_url or default_jobs_url(uri)
         self.mode = mode
         self._results: list[dict[str, Any]] = []

@@ -85,7 +85,12 @@ async def test_thread_scheduler_runs_due_jobs_by_itself(db_path, clock, alice):
     sched.shutdown()
 
 
-def test_job_store_sits_next_to_the_store(tmp_path):
+def test_job_store_sits_next_to_the_store(tmp_path, monkeypatch):
+    from memos.scheduler import canonical_uri
+
+    monkeypatch.chdir(tmp_path)
+    assert canonical_uri("db") == canonical_uri("./db") == str(tmp_path / "db")  # one key per store for the worker
+    assert canonical_uri("s3://bucket/memos") == "s3://bucket/memos"
     assert default_jobs_url(tmp_path / "db") == f"sqlite:///{tmp_path / 'db.jobs.sqlite'}"
     with pytest.raises(ConfigError, match="jobs_url"):
         default_jobs_url("s3://bucket/memos")
