@@ -28,13 +28,15 @@ def test_jobs_commands_schedule_run_and_show(tmp_path):
     ran = runner.invoke(app, ["consolidate", "--path", db, "--user", "alice", "--embedder", "none", "--json"])
     assert ran.exit_code == 0, ran.output
     assert json.loads(ran.stdout)["merged"] == 1
-    shown = runner.invoke(app, ["jobs", "list", "--db", db, "--json"])
+    shown = runner.invoke(app, ["inspect", "jobs", "--db", db, "--json"])
     assert shown.exit_code == 0, shown.output
     data = json.loads(shown.stdout)
     [job] = data["jobs"]
     assert job["id"] == "consolidate:alice:*:*" and job["paused"] and job["every_seconds"] == 600
     [run] = data["runs"]
     assert run["job"] == "consolidate" and run["merged"] == 1 and run["actor"] == "cli"
+    listed = runner.invoke(app, ["jobs", "list", "--db", db])
+    assert listed.exit_code == 0 and "consolidate:alice:*:*" in listed.stdout and "paused" in listed.stdout
     raw = runner.invoke(app, ["reflect", "--db", db, "--user", "alice", "--embedder", "none", "--json"])
     assert raw.exit_code == 0 and json.loads(raw.stdout)["skipped"].startswith("raw mode")
     bad = runner.invoke(app, ["jobs", "remove", "reflect", "--db", db, "--user", "alice"])

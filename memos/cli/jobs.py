@@ -1,7 +1,8 @@
-"""Background-job commands: `worker`, `reflect`, `consolidate`, and `jobs` (list/add/pause/resume/remove).
+"""Background-job commands: `worker`, `reflect`, `consolidate`, `inspect jobs`, and `jobs` (list/add/pause/resume/remove).
 
-`memos jobs list` is what `memos inspect jobs` shows: every schedule, its next run, and the
-last runs with their results (from history).
+`memos inspect jobs` (= `memos jobs list`) shows every schedule, its next run, and the last
+runs with their results (from history). `inspect jobs` joins an `inspect` group registered
+before this module, or creates the group; a later module should reuse it (`inspect_app`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..scheduler import JOB_KINDS, MemoryScheduler
 from ..scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded
 
-__all__ = ["jobs_app", "show_jobs"]
+__all__ = ["inspect_app", "jobs_app", "show_jobs"]
 
 jobs_app = typer.Typer(help="Scheduled background jobs (reflection, consolidation, decay, maintenance).", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
@@ -134,6 +135,20 @@ async def _all_runs(memory: Any, last: int) -> list[dict[str, Any]]:
 
 
 jobs_app.command("list")(guarded(show_jobs))
+
+
+def _inspect_group() -> typer.Typer:
+    """The `inspect` group (memos/cli/inspect.py's, if already registered; else one made here)."""
+    for group in app.registered_groups:
+        if group.name == "inspect" and group.typer_instance is not None:
+            return group.typer_instance
+    group = typer.Typer(help="Look inside a memos store.", no_args_is_help=True)
+    app.add_typer(group, name="inspect")
+    return group
+
+
+inspect_app = _inspect_group()
+inspect_app.command("jobs")(guarded(show_jobs))
 
 
 @jobs_app.command("add")
