@@ -359,6 +359,13 @@ class MemoryScheduler:
         self._aps.modify_job(job.id, next_run_time=job.trigger.get_next_fire_time(None, after) or after)
         return self.get(kind, scope)
 
+    def run_soon(self, kind: str, scope: Scope) -> JobInfo:
+        """Make a scheduled job due now (e.g. after a burst of important turns); its own debounce still applies."""
+        self.get(kind, scope)
+        self._aps.modify_job(job_id(kind, scope), next_run_time=self.now())
+        self.wakeup()
+        return self.get(kind, scope)
+
     def remove(self, kind: str, scope: Scope) -> None:
         self.get(kind, scope)
         self._aps.remove_job(job_id(kind, scope))

@@ -62,6 +62,9 @@ async def test_pause_resume_remove_per_scope(db_path, clock, alice, bob):
         sched.remove("reflect", alice)
     with pytest.raises(ConfigError, match="unknown job kind"):
         sched.add("dream", alice)
+    # run_soon makes a job due at once (then it continues on its interval)
+    sched.run_soon("decay", bob)
+    assert [r["job_id"] for r in sched.run_due()] == ["decay:bob:assistant:s1"] and sched.run_due() == []
     # adding the same kind for the same scope replaces, never duplicates
     sched.add("decay", bob, every=timedelta(minutes=5))
     assert len(sched.jobs()) == 2 and sched.get("decay", bob).every_seconds == 300
