@@ -209,8 +209,17 @@ def _neg(text: str) -> tuple[int, ...]:
     return tuple(-ord(c) for c in text)
 
 
-def plan_contradictions(records: Sequence[MemoryRecord], *, exclude: set[str] = frozenset()) -> list[Supersede]:
-    """Facts with the same subject and attribute but another value: each is closed by the next newer one."""
+def plan_contradictions(records: Sequence[MemoryRecord], *, exclude: set[str] = frozenset(),
+                        starts: dict[str, datetime] | None = None) -> list[Supersede]:
+    """Facts with the same subject and attribute but another value: each is closed by the next newer one.
+
+    `starts` overrides when a fact was last stated (a merge survivor was restated by its duplicates).
+    """
+    starts = starts or {}
+
+    def start(record: MemoryRecord) -> datetime:
+        return starts.get(record.id, _start(record))
+
     by_key: dict[tuple[str, str], list[tuple[MemoryRecord, str]]] = {}
     for r in records:
         if r.status != "active" or r.id in exclude or r.memory_type != "semantic":
@@ -220,10 +229,10 @@ def plan_contradictions(records: Sequence[MemoryRecord], *, exclude: set[str] = 
             by_key.setdefault(key[:2], []).append((r, key[2]))
     out = []
     for (subject, attribute), facts in by_key.items():
-        facts.sort(key=lambda f: (_start(f[0]), f[0].id))
+        facts.sort(key=lambda f: (start(f[0]), f[0].id))
         for (old, old_value), (new, new_value) in zip(facts, facts[1:]):
             if old_value != new_value:
-                out.append(Supersede(old.id, new.id, _start(new),
+                out.append(Supersede(old.id, new.id, start(new),
                                      f"{subject} {attribute}: {old_value!r} -> {new_value!r}"))
     return out
 
@@ -233,7 +242,10 @@ def plan_consolidation(memory_type: str, records: Sequence[MemoryRecord], vector
     """The whole plan for one store of one scope: merges first, then contradictions among the rest."""
     merges = plan_merges(records, vectors, similarity=similarity)
     merged = {i for m in merges for i in m.merged_ids}
-    supersedes = plan_contradictions(records, exclude=merged) if contradictions and memory_type == "semantic" else []
+    by_id = {r.id: r for r in records}
+    restated = {m.survivor_id: max(_start(by_id[i]) for i in (m.survivor_id, *m.merged_ids)) for m in merges}
+    supersedes = (plan_contradictions(records, exclude=merged, starts=restated)
+                  if contradictions and memory_type == "semantic" else [])
     return ConsolidationPlan(memory_type, merges, supersedes)
 
 

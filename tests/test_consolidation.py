@@ -115,3 +115,39 @@ def test_planning_is_pure_and_conservative():
     plan = plan_consolidation("semantic", [a, b, c, d])
     assert [m.merged_ids for m in plan.merges] and plan.supersedes == []
     assert plan.counts() == {"merged": 1, "superseded": 0}
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["tea", "Tea!", "coffee", "chess", "lives in Rome", "lives in Oslo"]),
+                          st.floats(0, 1)), min_size=0, max_size=25))
+def test_merge_plans_never_lose_or_double_a_record(items):
+    records = [Fact(subject="alice", summary=text, importance=imp, source_ids=[f"m{i}"]) for i, (text, imp) in enumerate(items)]
+    plan = plan_consolidation("semantic", records)
+    touched = [m.survivor_id for m in plan.merges] + [i for m in plan.merges for i in m.merged_ids]
+    assert len(touched) == len(set(touched))  # each record in at most one group, once
+    by_id = {r.id: r for r in records}
+    for merge in plan.merges:
+        group = [by_id[merge.survivor_id], *(by_id[i] for i in merge.merged_ids)]
+        assert len({normalize_text(r.summary) for r in group}) == 1
+        assert merge.importance == max(r.importance for r in group) == by_id[merge.survivor_id].importance
+        assert set(merge.source_ids) == {s for r in group for s in r.source_ids}
+    # every distinct text keeps exactly one active record; contradictions chain old -> new
+    survivors = {normalize_text(r.summary) for r in records if r.id not in {i for m in plan.merges for i in m.merged_ids}}
+    assert survivors == {normalize_text(r.summary) for r in records}
+    for sup in plan.supersedes:
+        assert fact_key(by_id[sup.old_id])[:2] == fact_key(by_id[sup.new_id])[:2] == ("alice", "lives in")
+
+
+def test_a_fact_restated_later_wins_over_what_it_was_merged_with(clock):
+    t0 = clock()
+    rome1 = Fact(subject="alice", summary="lives in Rome", importance=0.9, created_at=t0)
+    oslo = Fact(subject="alice", summary="lives in Oslo", created_at=t0 + timedelta(days=1))
+    rome2 = Fact(subject="alice", summary="lives in Rome", importance=0.1, created_at=t0 + timedelta(days=2))
+    plan = plan_consolidation("semantic", [rome1, oslo, rome2])
+    assert [(m.survivor_id, m.merged_ids) for m in plan.merges] == [(rome1.id, (rome2.id,))]
+    [sup] = plan.supersedes
+    assert (sup.old_id, sup.new_id, sup.valid_to) == (oslo.id, rome1.id, t0 + timedelta(days=2))
