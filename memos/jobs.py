@@ -230,6 +230,8 @@ def _reflection_policy(options: dict[str, Any]) -> ReflectionPolicy:
 async def run_job(memory: Any, kind: str, scope: Scope, *, model: Any = None, options: dict[str, Any] | None = None,
                   actor: str = "scheduler") -> dict[str, Any]:
     """Run one job, log it, and append its outcome to history; returns the outcome."""
+    if kind not in ("reflect", "consolidate", "decay", "maintain"):
+        raise ConfigError(f"unknown job kind {kind!r}; known kinds: reflect, consolidate, decay, maintain")
     opts = dict(options or {})
     started = memory.clock()
     clock_start = time.perf_counter()
@@ -243,12 +245,8 @@ async def run_job(memory: Any, kind: str, scope: Scope, *, model: Any = None, op
                                              types=opts.get("types", CONSOLIDATE_TYPES)))
         elif kind == "decay":
             outcome.update(await decay(memory, scope, policy=_decay_policy(opts)))
-        elif kind == "maintain":
-            outcome.update(await maintain_tables(memory, scope, min_rows=opts.get("min_rows")))
         else:
-            raise ConfigError(f"unknown job kind {kind!r}")
-    except ConfigError:
-        raise
+            outcome.update(await maintain_tables(memory, scope, min_rows=opts.get("min_rows")))
     except Exception as exc:  # recorded in history and logged with its traceback, then reported in the outcome
         log.exception("job %s for %s failed", kind, scope)
         outcome["errors"].append(f"{type(exc).__name__}: {exc}")

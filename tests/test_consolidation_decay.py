@@ -56,3 +56,12 @@ def test_plan_decay_never_touches_core_or_vault(clock):
                VaultItem(caption="pin", importance=0, created_at=stale),
                Fact(subject="x", summary="y", importance=0, created_at=stale)]
     assert [r[0] for r in plan_decay(records, now, DecayPolicy(threshold=0.99))] == ["semantic"]
+
+
+async def test_bad_job_options_are_recorded_as_a_failed_run(mem, clock, alice):
+    from memos.jobs import job_history, run_job
+
+    outcome = await run_job(mem, "decay", alice, options={"half_life_days": -1})
+    assert outcome["errors"] and "half-life" in outcome["errors"][0]
+    [run] = await job_history(mem, alice, kind="decay")
+    assert run["note"] == "failed"
