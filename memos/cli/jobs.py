@@ -61,9 +61,15 @@ def worker(
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds (default: run until Ctrl-C).")] = None,
     jobs_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the job store (default: <db>.jobs.sqlite).")] = None,
     stop_file: Annotated[Path | None, typer.Option(help="Finish and exit once this file exists.")] = None,
+    log_level: Annotated[str, typer.Option(help="Logging level of the job log on stderr.")] = "INFO",
 ) -> None:
     """Run the scheduled jobs of a store in this process until stopped (Ctrl-C, --duration, --stop-file)."""
+    import logging
+
     from ..worker import run_worker
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
     result = run_worker(db, embedder=_embedder(embedder), model=model, duration=duration, jobs_url=jobs_url, stop_file=stop_file)
     console.print(f"worker stopped after {result['runs']} job runs")
