@@ -9,7 +9,8 @@ in history and nothing is deleted:
   best importance (then the oldest); it keeps the union of provenance (`source_ids`), tags and
   access counts and the best importance. The others are archived with `superseded_by` set to
   the survivor and the tag `merged`. Episodes only merge when actor and time are equal too
-  (a double-ingested turn), never because two different moments said the same words.
+  (a double-ingested turn), never because two different moments said the same words; episodes
+  and resource chunks never merge by similarity alone (`NEAR_DUPLICATE_TYPES`).
 - **supersede** (facts, no model): two active facts with the same subject and the same
   attribute but different values contradict; the newer one wins (by `valid_from`, else
   `created_at`). The older closes its validity (`valid_to` = the newer's start), gets
@@ -32,6 +33,7 @@ from memtypes import MemoryRecord
 __all__ = [
     "ConsolidationPlan",
     "Merge",
+    "NEAR_DUPLICATE_TYPES",
     "Supersede",
     "apply_plan",
     "fact_key",
@@ -41,6 +43,10 @@ __all__ = [
     "plan_contradictions",
     "plan_merges",
 ]
+
+NEAR_DUPLICATE_TYPES = frozenset({"semantic", "procedural"})
+"""Stores whose near-duplicates (by vector) merge. Episodes and resource chunks merge only when
+identical: two chunks of a document or two moments may be alike and still both matter."""
 
 _WORDS = re.compile(r"[^\w']+", re.UNICODE)
 _RELATIONS = {
@@ -179,7 +185,7 @@ def plan_merges(records: Sequence[MemoryRecord], vectors: dict[str, list[float]]
             reasons[r.id] = "same text"
         else:
             first[key] = r.id
-    if vectors and similarity < 1.0 and active and active[0].memory_type != "episodic":
+    if vectors and similarity < 1.0 and active and active[0].memory_type in NEAR_DUPLICATE_TYPES:
         for a, b, score in _similar_pairs([r for r in active if vectors.get(r.id)], vectors, similarity):
             if find(a.id) == find(b.id):
                 continue
