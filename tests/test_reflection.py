@@ -113,6 +113,15 @@ def test_trigger_is_debounced_and_has_an_interval(clock):
 
 
 def test_prompt_templates_take_exactly_what_the_code_passes(clock):
+    import jinja2.meta
+
+    from agents.reflection import _env
+
+    passed = {"reflection.j2": {"now", "max_insights"}, "reflection_episodes.j2": {"episodes"},
+              "consolidation.j2": {"now"}, "consolidation_pairs.j2": {"pairs"}}
+    for name, variables in passed.items():
+        source = _env().loader.get_source(_env(), name)[0]
+        assert jinja2.meta.find_undeclared_variables(_env().parse(source)) == variables, name
     episode = Episode(actor="alice", summary="hi")
     text = render_prompt("reflection_episodes.j2", episodes=[episode])
     assert episode.id in text and "hi" in text
