@@ -90,3 +90,34 @@ def test_worker_consolidates_concurrent_writes_without_loss_or_duplicates(tmp_pa
     assert sum(r["merged"] for r in runs) == 10
     during = [r for r in runs if first_write < datetime.fromisoformat(r["started_at"]) < last_write]
     assert during, "no consolidation ran while this process was writing"
+
+
+async def test_in_process_scheduler_and_agent_writes_race_without_loss(tmp_path):
+    """The same race inside one process: agent writes on its loop, jobs on the scheduler thread."""
+    import asyncio
+
+    mem = await MemoryOS.open(tmp_path / "db", embedder=None)  # real clock: the thread wakes by itself
+    scope = Scope("alice")
+    sched = mem.scheduler()
+    sched.add("consolidate", scope, every=timedelta(seconds=1))
+    written: list[Fact] = []
+    for batch in range(20):
+        fresh = [Fact(subject=f"s{batch}-{k}", summary=f"item {batch}-{k} is here") for k in range(10)]
+        if batch % 2:
+            fresh[0] = Fact(subject=written[batch].subject, summary=written[batch].summary)  # planted duplicate
+        await mem.add(scope, fresh)
+        written += fresh
+        await asyncio.sleep(0.1)
+    sched.run_soon("consolidate", scope)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = await job_history(mem, scope, kind="consolidate", limit=None)
+        if sum(r["merged"] for r in runs) == 10 and runs[-1]["merged"] == 0:
+            break
+        await asyncio.sleep(0.2)
+    sched.shutdown()
+    rows = await mem.storage.rows("semantic", Where(scope).build())
+    assert sorted(r["id"] for r in rows) == sorted(f.id for f in written)  # each exactly once
+    archived = [r for r in rows if r["status"] == "archived"]
+    assert len(archived) == 10 and all(r["superseded_by"] for r in archived)
+    assert all(r["errors"] == [] for r in await job_history(mem, scope, kind="consolidate", limit=None))
