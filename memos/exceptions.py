@@ -12,7 +12,12 @@ The hierarchy has three branches, one per audience::
     │   ├── StoreUnavailableError
     │   ├── RecordNotFoundError
     │   ├── BudgetError               a token budget that cannot be met
-    │   └── VaultKeyError             missing, wrong or corrupt vault key (defined in `memos.crypto`)
+    │   ├── VaultKeyError             missing, wrong or corrupt vault key (defined in `memos.crypto`)
+    │   └── CoreMemoryError           an edit of a core block that cannot be made (told to the model verbatim)
+    │       ├── UnknownBlockError
+    │       ├── BlockLimitError
+    │       ├── ReadOnlyBlockError
+    │       └── TextNotFoundError
     └── (feedback to a model is pydantic-ai's `ModelRetry`, raised by the tools in `agents/`)
 
 Errors never carry a vault secret or a key in their message.
@@ -21,15 +26,20 @@ Errors never carry a vault secret or a key in their message.
 from __future__ import annotations
 
 __all__ = [
+    "BlockLimitError",
     "BudgetError",
     "ConfigError",
+    "CoreMemoryError",
     "EmbeddingDimensionError",
     "InvalidFilterError",
     "InvalidRecordError",
     "MemoryOSError",
     "MemosError",
+    "ReadOnlyBlockError",
     "RecordNotFoundError",
     "StoreUnavailableError",
+    "TextNotFoundError",
+    "UnknownBlockError",
     "UnknownMemoryTypeError",
 ]
 
@@ -83,3 +93,23 @@ class RecordNotFoundError(MemoryOSError, LookupError):
 
 class BudgetError(MemoryOSError):
     """A token budget too small for what must always fit."""
+
+
+class CoreMemoryError(MemoryOSError):
+    """A core-block edit that cannot be made; the message says exactly what to do instead."""
+
+
+class UnknownBlockError(CoreMemoryError, LookupError):
+    """No core block has that label in this scope."""
+
+
+class BlockLimitError(CoreMemoryError):
+    """The edit would take a block past its size limit."""
+
+
+class ReadOnlyBlockError(CoreMemoryError):
+    """The block is read-only for agents."""
+
+
+class TextNotFoundError(CoreMemoryError):
+    """A replace whose old text is not in the block."""

@@ -1,0 +1,193 @@
+"""The context window: how one step's prompt is budgeted, planned and rendered.
+
+The prompt of a step has six sections. `plan_context` (pure, no I/O) decides how many tokens
+each gets, given their sizes and a `BudgetPolicy`; the session carries the plan out and
+`render_system_prompt` turns it into text with `prompts/context.j2`.
+
+Drop priority, when the budget cannot hold everything (first dropped first):
+
+1. paged-in memories, lowest-ranked first;
+2. the running summary, cut to its share (its oldest part first), then entirely;
+3. the oldest recent turns (they stay in episodic memory and go into the summary);
+4. the memory-metadata section.
+
+Never dropped: the instructions, the core blocks and the newest turn. When those alone do
+not fit, planning raises `BudgetError` (raise the budget or shorten the core blocks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import prompts
+from memtypes import CoreBlock
+
+from .exceptions import BudgetError, ConfigError
+from .ranking import Hit
+
+__all__ = [
+    "DROP_ORDER",
+    "BudgetPolicy",
+    "ContextPlan",
+    "SectionSizes",
+    "plan_context",
+    "render_system_prompt",
+]
+
+DROP_ORDER = ("memories", "summary", "turns", "metadata")
+"""Sections in the order they give way when the budget is short."""
+
+_CONTEXT_SIZES = {"gpt-4o": 128_000, "gpt-4.1": 1_000_000, "gpt-5": 400_000, "claude": 200_000, "gemini": 1_000_000,
+                  "llama": 128_000, "qwen": 32_000, "mistral": 32_000}
+
+
+@dataclass(frozen=True)
+class BudgetPolicy:
+    """How a step's token budget is split.
+
+    Shares are fractions of what is left after the instructions, core blocks and metadata.
+    Turns past `evict_at` of their share are paged out (oldest first) until they use at most
+    `evict_to` of it; from `warn_at` on, the prompt carries a memory-pressure notice.
+    """
+
+    total: int = 4000
+    """Hard ceiling for the whole prompt: system text plus the recent turns."""
+    turns_share: float = 0.5
+    summary_share: float = 0.15
+    warn_at: float = 0.7
+    evict_at: float = 0.9
+    evict_to: float = 0.5
+    message_overhead: int = 4
+    """Tokens a chat message costs beyond its text (role and separators)."""
+
+    def __post_init__(self) -> None:
+        if self.total < 256:
+            raise ConfigError(f"a context budget of {self.total} tokens is too small; use at least 256")
+        if not 0 < self.turns_share < 1 or not 0 <= self.summary_share < 1 or self.turns_share + self.summary_share >= 1:
+            raise ConfigError("turns_share and summary_share must be fractions that sum to less than 1")
+        if not 0 < self.evict_to < self.warn_at <= self.evict_at <= 1:
+            raise ConfigError("need 0 < evict_to < warn_at <= evict_at <= 1")
+
+    @classmethod
+    def for_model(cls, model_name: str | None, *, context_size: int | None = None, cap: int = 8000, **shares: Any) -> BudgetPolicy:
+        """A policy whose total is the model's context size (if known), capped at `cap` tokens."""
+        size = context_size
+        if size is None and model_name:
+            name = model_name.lower()
+            size = next((v for k, v in _CONTEXT_SIZES.items() if k in name), None)
+        return cls(total=min(size or cap, cap), **shares)
+
+
+@dataclass(frozen=True)
+class SectionSizes:
+    """Token sizes of a step's candidate sections (turns oldest first, memories best first)."""
+
+    instructions: int
+    core: int
+    metadata: int
+    summary: int
+    turns: Sequence[int]
+    memories: Sequence[int] = ()
+    notice: int = 0
+    """Tokens of the memory-pressure notice, if it is shown."""
+
+
+@dataclass
+class ContextPlan:
+    """What goes into one step's prompt."""
+
+    evict: int
+    """How many of the oldest turns leave the working context."""
+    memories: list[int]
+    """Indexes of the memories kept (rank order)."""
+    summary_tokens: int
+    """Tokens of the summary that fit (0: dropped); its newest part is kept."""
+    metadata: bool
+    pressure: bool
+    """Whether to show the memory-pressure notice."""
+    memory_budget: int
+    """Tokens that were available to memories."""
+    sections: dict[str, int] = field(default_factory=dict)
+    """Planned tokens per section."""
+
+    @property
+    def total(self) -> int:
+        return sum(self.sections.values())
+
+
+def plan_context(sizes: SectionSizes, policy: BudgetPolicy) -> ContextPlan:
+    """Decide what fits in `policy.total`, dropping in `DROP_ORDER`. Pure; never over budget."""
+    if not sizes.turns:
+        raise ConfigError("a context needs at least one turn (the incoming message)")
+    required = sizes.instructions + sizes.core + sizes.turns[-1]
+    if required > policy.total:
+        raise BudgetError(
+            f"instructions ({sizes.instructions}), core blocks ({sizes.core}) and the newest message "
+            f"({sizes.turns[-1]}) need {required} tokens; the budget is {policy.total}. "
+            "Raise the budget, shorten the core blocks or split the message."
+        )
+    metadata = sizes.metadata if required + sizes.metadata <= policy.total else 0
+    rest = policy.total - sizes.instructions - sizes.core - metadata
+    turns_cap = max(int(rest * policy.turns_share), sizes.turns[-1])
+
+    evict = _evictions(sizes.turns, turns_cap, policy)
+    turns = sum(sizes.turns[evict:])
+    pressure = turns > policy.warn_at * turns_cap
+    notice = sizes.notice if pressure and turns + sizes.notice <= rest else 0
+    pressure = pressure and notice > 0 or (pressure and sizes.notice == 0)
+
+    left = rest - turns - notice
+    summary = min(sizes.summary, int(rest * policy.summary_share), left)
+    left -= summary
+    kept: list[int] = []
+    used = 0
+    for index, size in enumerate(sizes.memories):
+        if used + size <= left:
+            kept.append(index)
+            used += size
+    sections = {"instructions": sizes.instructions, "core": sizes.core, "metadata": metadata, "summary": summary,
+                "notice": notice, "memories": used, "turns": turns}
+    return ContextPlan(evict=evict, memories=kept, summary_tokens=summary, metadata=bool(metadata), pressure=pressure,
+                       memory_budget=left, sections=sections)
+
+
+def _evictions(turns: Sequence[int], cap: int, policy: BudgetPolicy) -> int:
+    """How many of the oldest turns to page out: none below `evict_at`, else down to `evict_to`."""
+    total = sum(turns)
+    if total <= policy.evict_at * cap:
+        return 0
+    target = policy.evict_to * cap
+    evict = 0
+    while evict < len(turns) - 1 and total > target:
+        total -= turns[evict]
+        evict += 1
+    return evict
+
+
+def render_system_prompt(
+    *,
+    instructions: str,
+    blocks: Sequence[CoreBlock],
+    counts: dict[str, int] | None,
+    last_reflection: datetime | None,
+    summary: str,
+    memories: Sequence[Hit],
+    notice: str | None,
+    now: datetime,
+) -> str:
+    """The system prompt of one step from `prompts/context.j2`."""
+    return prompts.render(
+        "context.j2",
+        instructions=instructions,
+        blocks=[{"label": b.label, "description": b.block_description, "value": b.value, "used": len(b.value),
+                 "limit": b.limit, "read_only": b.read_only} for b in blocks],
+        counts=counts,
+        last_reflection=last_reflection.strftime("%Y-%m-%d %H:%M") if last_reflection else None,
+        summary=summary,
+        memories=[hit.text or hit.record.render() for hit in memories],
+        notice=notice,
+        today=now.strftime("%Y-%m-%d (%A)"),
+    )

@@ -1,0 +1,56 @@
+"""Paging: evicted turns are folded into the running summary.
+
+When the working context is under pressure, the oldest whole turns leave it (they are already
+in episodic memory, so nothing is lost) and the running summary absorbs them, recursively:
+`new summary = summarize(previous summary, evicted turns)`. With a model, a summarizer agent
+does it (`agents.summarizer`); in raw mode `ExtractiveSummarizer` keeps one short line per
+turn and drops the oldest lines when the summary outgrows its size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from memtypes import Episode
+
+__all__ = ["ExtractiveSummarizer", "Summarizer", "turn_line"]
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_EARLIER = "(earlier turns omitted)"
+
+
+class Summarizer(Protocol):
+    """Folds evicted turns into the running summary."""
+
+    async def __call__(self, previous: str, evicted: Sequence[Episode]) -> str: ...
+
+
+def turn_line(turn: Episode, max_words: int = 30) -> str:
+    """One summary line for a turn: date, speaker and its first sentence (cut at `max_words`)."""
+    first = _SENTENCE.split(turn.summary.strip(), maxsplit=1)[0]
+    words = first.split()
+    text = " ".join(words[:max_words]) + (" ..." if len(words) > max_words else "")
+    when = f"{turn.occurred_at:%Y-%m-%d}"
+    return f"- [{when}] {turn.actor}: {text}" if turn.actor else f"- [{when}] {text}"
+
+
+@dataclass
+class ExtractiveSummarizer:
+    """The raw-mode summary: one line per evicted turn, newest kept when it grows too long."""
+
+    count_tokens: Callable[[str], int]
+    max_tokens: int = 600
+
+    async def __call__(self, previous: str, evicted: Sequence[Episode]) -> str:
+        lines = [line for line in previous.splitlines() if line and line != _EARLIER]
+        lines.extend(turn_line(turn) for turn in evicted)
+        dropped = False
+        while len(lines) > 1 and self.count_tokens("\n".join(lines)) > self.max_tokens:
+            lines.pop(0)
+            dropped = True
+        if dropped or (previous.startswith(_EARLIER)):
+            lines.insert(0, _EARLIER)
+        return "\n".join(lines)

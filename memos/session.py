@@ -1,0 +1,248 @@
+"""The working context of one conversation: the memory OS as one agent's step sees it.
+
+A `MemorySession` belongs to a scope (user, agent, session). Each step:
+
+1. `record_turn` appends the message to episodic memory (the recall log) and to the working
+   context;
+2. `compile` runs active retrieval for the incoming message over every store, pages out the
+   oldest whole turns when the context is under pressure (the running summary absorbs them),
+   and renders the prompt within the token budget (`memos.context_window`).
+
+Its state (running summary, which turns are in context) is kept in the store, so a process
+that reopens the memory resumes the conversation where it was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+import prompts
+from memtypes import Episode
+
+from .context_window import BudgetPolicy, SectionSizes, plan_context, render_system_prompt
+from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreMemory
+from .exceptions import BudgetError, ConfigError
+from .ingest import Message
+from .ranking import Hit
+from .paging import ExtractiveSummarizer, Summarizer
+from .scope import Scope, Where
+from ._sync import with_sync_methods
+
+if TYPE_CHECKING:
+    from .os import MemoryOS
+
+__all__ = ["CompiledContext", "MemorySession", "Role"]
+
+Role = Literal["user", "assistant"]
+_ROLE_TAG = "role:"
+
+
+@dataclass
+class CompiledContext:
+    """One step's prompt: the system text and the whole turns that follow it."""
+
+    system_prompt: str
+    recent_turns: list[Episode]
+    """Turns still in the working context, oldest first."""
+    sections: dict[str, int]
+    """Tokens per section (instructions, core, metadata, summary, notice, memories, turns)."""
+    total_tokens: int
+    budget: int
+    paged_in: list[Hit] = field(default_factory=list)
+    evicted: list[Episode] = field(default_factory=list)
+    """Turns that left the working context at this step."""
+    pressure_notice: str | None = None
+
+    @staticmethod
+    def role_of(turn: Episode) -> Role:
+        """Whether a turn was said by the user or the assistant."""
+        return "assistant" if f"{_ROLE_TAG}assistant" in turn.tags else "user"
+
+
+@with_sync_methods
+class MemorySession:
+    """The working context of one scope (see the module docstring)."""
+
+    def __init__(self, memory: MemoryOS, scope: Scope, *, budget: BudgetPolicy, summarizer: Summarizer,
+                 instructions: str, core: CoreMemory, retrieval_k: int) -> None:
+        self.memory = memory
+        self.scope = scope
+        self.budget = budget
+        self.summarizer = summarizer
+        self.instructions = instructions
+        self.core = core
+        self.retrieval_k = retrieval_k
+        self.summary = ""
+        self.context: list[Episode] = []
+        self.evicted_total = 0
+
+    @classmethod
+    async def open(
+        cls,
+        memory: MemoryOS,
+        scope: Scope,
+        *,
+        model_name: str | None = None,
+        budget: BudgetPolicy | int | None = None,
+        summarizer: Summarizer | None = None,
+        instructions: str | None = None,
+        core_blocks: Sequence[BlockSpec] = DEFAULT_BLOCKS,
+        retrieval_k: int = 30,
+    ) -> MemorySession:
+        """Open (or resume) the working context of `scope`; a scope without a session id uses "default"."""
+        if scope.session_id is None:
+            scope = Scope(scope.user_id, scope.agent_id or "", "default")
+        policy = budget if isinstance(budget, BudgetPolicy) else (
+            BudgetPolicy(total=budget) if isinstance(budget, int) else BudgetPolicy.for_model(model_name))
+        count = memory.tokenizer.count
+        session = cls(
+            memory, scope, budget=policy,
+            summarizer=summarizer or ExtractiveSummarizer(count, max_tokens=max(64, int(policy.total * policy.summary_share))),
+            instructions=instructions if instructions is not None else prompts.render("instructions.j2"),
+            core=CoreMemory(memory, scope, defaults=core_blocks), retrieval_k=retrieval_k,
+        )
+        await session._load_state()
+        return session
+
+    @property
+    def retrieval_scope(self) -> Scope:
+        """What active retrieval and conversation search see: this agent's memory across sessions."""
+        return Scope(self.scope.user_id, self.scope.agent_id)
+
+    # --- the step ------------------------------------------------------------------------
+
+    async def record_turn(self, role: Role, text: str, *, actor: str | None = None, message_id: str | None = None,
+                          occurred_at: datetime | None = None, importance: float = 0.5) -> Episode:
+        """Store a turn in episodic memory (the recall log) and add it to the working context."""
+        if role not in ("user", "assistant"):
+            raise ConfigError(f"role must be 'user' or 'assistant', got {role!r}")
+        message = Message(id=message_id, actor=actor or role, text=text, timestamp=occurred_at or self.memory.clock(),
+                          importance=importance, tags=[f"{_ROLE_TAG}{role}", "turn"])
+        [episode] = await self.memory.ingest(self.scope, [message], actor=role)
+        self.context.append(episode)
+        await self._save_state()
+        return episode
+
+    async def compile(self, incoming: str | None = None) -> CompiledContext:
+        """Build this step's prompt within the budget (active retrieval + paging + rendering)."""
+        if not self.context:
+            raise ConfigError("record the incoming message with record_turn() before compiling a context")
+        count = self.memory.tokenizer.count
+        query = incoming if incoming is not None else self.context[-1].summary
+        blocks = await self.core.blocks()
+        counts = await self.memory.counts(self.retrieval_scope)
+        last_reflection = await self._last_reflection()
+        in_context = {t.id for t in self.context}
+        hits = [h for h in await self._retrieve(query) if h.id not in in_context]
+        for hit in hits:
+            hit.text = hit.text or hit.record.render()
+            hit.tokens = count(hit.text) + 1
+
+        notice_text = prompts.render("pressure.j2", percent=99)
+        evicted: list[Episode] = []
+        overhead = 0
+        for _ in range(6):
+            summary_full = self.summary
+            sizes = SectionSizes(
+                instructions=count(self.instructions) + overhead,
+                core=sum(count(b.value) + count(b.label) + 12 for b in blocks),
+                metadata=12 + 4 * len(counts),
+                summary=count(summary_full),
+                turns=[self._turn_tokens(t) for t in self.context],
+                memories=[h.tokens for h in hits],
+                notice=count(notice_text),
+            )
+            plan = plan_context(sizes, self.budget)
+            if plan.evict:
+                gone, self.context = self.context[: plan.evict], self.context[plan.evict :]
+                evicted.extend(gone)
+                self.evicted_total += len(gone)
+                self.summary = await self.summarizer(self.summary, gone)
+                await self._save_state()
+                continue
+            turns_share = max(1, int((self.budget.total - sizes.instructions - sizes.core) * self.budget.turns_share))
+            notice = prompts.render("pressure.j2", percent=min(99, round(100 * plan.sections["turns"] / turns_share))) \
+                if plan.pressure else None
+            paged = [hits[i] for i in plan.memories]
+            system = render_system_prompt(
+                instructions=self.instructions, blocks=blocks, counts=counts if plan.metadata else None,
+                last_reflection=last_reflection, summary=_newest_part(summary_full, plan.summary_tokens, count),
+                memories=paged, notice=notice, now=self.memory.clock(),
+            )
+            turn_tokens = sum(sizes.turns)
+            total = count(system) + turn_tokens
+            if total <= self.budget.total:
+                sections = dict(plan.sections)
+                sections["instructions"] = count(self.instructions)
+                sections["overhead"] = total - sum(sections.values())
+                return CompiledContext(system_prompt=system, recent_turns=list(self.context), sections=sections,
+                                       total_tokens=total, budget=self.budget.total, paged_in=paged,
+                                       evicted=evicted, pressure_notice=notice)
+            overhead += total - self.budget.total + 8  # the template's own text: plan again with it counted
+        raise BudgetError(f"could not fit the context into {self.budget.total} tokens; raise the budget")
+
+    async def conversation_search(self, query: str | None = None, *, since: datetime | None = None,
+                                  until: datetime | None = None, limit: int = 10) -> list[Episode]:
+        """Turns and events from the recall log: by text (ranked) or, without a query, by date (oldest first)."""
+        if query:
+            hits = await self.memory.search(query, self.retrieval_scope, types=["episodic"], k=limit, since=since, until=until)
+            return [h.record for h in hits]  # type: ignore[misc]
+        episodes = await self.memory.list(self.retrieval_scope, "episodic", since=since, until=until, limit=None)
+        return episodes[-limit:]  # type: ignore[return-value]
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _turn_tokens(self, turn: Episode) -> int:
+        return self.memory.tokenizer.count(turn.summary) + self.budget.message_overhead
+
+    async def _retrieve(self, query: str) -> list[Hit]:
+        if not query.strip():
+            return []
+        types = [t for t in self.memory.type_names if t != "core"]
+        return await self.memory.search(query, self.retrieval_scope, types=types, k=self.retrieval_k)
+
+    async def _last_reflection(self) -> datetime | None:
+        from .jobs import reflection_state  # floor 3 reads the scheduler's record of it
+
+        for scope in (self.scope, self.retrieval_scope, Scope(self.scope.user_id)):
+            state = await reflection_state(self.memory, scope)
+            if state.get("last_at"):
+                return state["last_at"]
+        return None
+
+    @property
+    def _state_key(self) -> str:
+        return f"session:{self.scope.user_id}|{self.scope.agent_id}|{self.scope.session_id}"
+
+    async def _save_state(self) -> None:
+        state = {"summary": self.summary, "context": [t.id for t in self.context], "evicted": self.evicted_total}
+        await self.memory.storage.set_meta(self._state_key, json.dumps(state))
+
+    async def _load_state(self) -> None:
+        raw = (await self.memory.storage.get_meta()).get(self._state_key)
+        if not raw:
+            return
+        state = json.loads(raw)
+        self.summary = state.get("summary", "")
+        self.evicted_total = int(state.get("evicted", 0))
+        ids = [i for i in state.get("context", []) if isinstance(i, str)]
+        if ids:
+            rows = await self.memory.storage.rows("episodic", Where(self.scope).id_in(ids).build())
+            table = self.memory.storage.type_table("episodic")
+            by_id = {r["id"]: table.to_record(r) for r in rows}
+            self.context = [by_id[i] for i in ids if i in by_id]  # type: ignore[misc]
+
+
+def _newest_part(summary: str, tokens: int, count: object) -> str:
+    """The newest lines of `summary` that fit in `tokens` (summaries grow at the end)."""
+    if tokens <= 0 or not summary:
+        return ""
+    counter = count  # Callable[[str], int]
+    lines = summary.splitlines()
+    while lines and counter("\n".join(lines)) > tokens:  # type: ignore[operator]
+        lines.pop(0)
+    return "\n".join(lines)
