@@ -279,6 +279,22 @@ class MemoryOS:
             current = self._scheduler = MemoryScheduler(self.storage.uri, jobs_url=jobs_url, clock=clock or self.clock, mode=mode).start()
         return current
 
+    def agent(self, model: Any, scope: Scope | str, **options: Any) -> Any:
+        """A ready chat agent (`agents.chat.ChatAgent`) over `scope`: `await agent.chat("hi")` or `chat_sync`.
+
+        `model` is any pydantic-ai model or model string; options: budget, manager_model,
+        manage_every, approve, usage_limits, instructions. Its conversation resumes after a restart.
+        """
+        from agents.chat import ChatAgent  # agents sit above the kernel; reached lazily
+
+        return ChatAgent(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
+
+    async def session(self, scope: Scope, **options: Any) -> Any:
+        """The working context of `scope` (`memos.session.MemorySession`), resumed from the store."""
+        from .session import MemorySession
+
+        return await MemorySession.open(self, scope, **options)
+
     # --- internals -----------------------------------------------------------------------
 
     def _revalidate(self, record: R, changes: dict[str, Any]) -> R:
@@ -382,7 +398,7 @@ class ScopedMemory:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.memory, name)
-        if not callable(method) or name in {"record_type", "scoped", "cipher", "open", "open_sync", "scheduler"}:
+        if not callable(method) or name in {"record_type", "scoped", "cipher", "open", "open_sync", "scheduler", "agent"}:
             return method
         scope = self.scope
 

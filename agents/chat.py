@@ -1,0 +1,187 @@
+"""The chat agent: answers from the compiled context and pages memory in with tools.
+
+One turn (`ChatAgent.chat`):
+
+1. the user message is recorded (episodic recall log) and the context is compiled: core
+   blocks, summary, paged-in memories and the recent whole turns, within the budget;
+2. the pydantic-ai agent answers with that context; it may call the memory tools. A vault
+   reveal is a deferred, approval-required call: it runs only if `approve` says yes;
+3. the reply is recorded; the memory manager runs for the new turns off the hot path (a
+   background task every `manage_every` turns; `await flush()` waits for it).
+
+With no tool call, a turn costs exactly one chat-model request. Runs are bounded by
+`UsageLimits`. The conversation state lives in the store, so a new process resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.usage import UsageLimits
+
+from memos._sync import with_sync_methods
+from memos.context_window import BudgetPolicy
+from memos.os import MemoryOS
+from memos.paging import Summarizer
+from memos.scope import Scope
+from memos.session import CompiledContext, MemorySession
+from memtypes import Episode
+
+from .deps import MemoryDeps
+from .manager import ManagerReport, MemoryManager
+from .tools import memory_toolset
+
+__all__ = ["Approver", "ChatAgent", "TurnReport", "history_messages"]
+
+log = logging.getLogger("memos.agents")
+
+Approver = Callable[[ToolCallPart], bool | Awaitable[bool]]
+"""Decides whether an approval-required tool call (a vault reveal) may run."""
+
+
+@dataclass
+class TurnReport:
+    """What one chat turn did: the context it used and the model requests it made."""
+
+    reply: str
+    context: CompiledContext
+    requests: int
+    tool_calls: list[str] = field(default_factory=list)
+
+
+def history_messages(turns: list[Episode]) -> list[ModelMessage]:
+    """Recent turns as pydantic-ai message history (user turns as requests, replies as responses)."""
+    messages: list[ModelMessage] = []
+    for turn in turns:
+        if CompiledContext.role_of(turn) == "assistant":
+            messages.append(ModelResponse(parts=[TextPart(turn.summary)]))
+        else:
+            messages.append(ModelRequest(parts=[UserPromptPart(turn.summary)]))
+    return messages
+
+
+@with_sync_methods
+class ChatAgent:
+    """A chat agent over one scope of a `MemoryOS` (see the module docstring)."""
+
+    def __init__(
+        self,
+        memory: MemoryOS,
+        scope: Scope,
+        model: Any,
+        *,
+        budget: BudgetPolicy | int | None = None,
+        manager_model: Any = None,
+        manage_every: int = 1,
+        background: bool = True,
+        summarizer: Summarizer | None = None,
+        approve: Approver | None = None,
+        usage_limits: UsageLimits | None = None,
+        instructions: str | None = None,
+        name: str = "assistant",
+    ) -> None:
+        self.memory = memory
+        self.scope = scope
+        self.model = model
+        self.budget = budget
+        self.manager_model = manager_model
+        self.manage_every = max(1, manage_every)
+        self.background = background
+        self.summarizer = summarizer
+        self.approve = approve
+        self.usage_limits = usage_limits or UsageLimits(request_limit=8, tool_calls_limit=12)
+        self.instructions = instructions
+        self.name = name
+        self._session: MemorySession | None = None
+        self._agent: Agent[None, str | DeferredToolRequests] | None = None
+        self._manager: MemoryManager | None = None
+        self._pending: list[Episode] = []
+        self._tasks: set[asyncio.Task[ManagerReport]] = set()
+        self.manager_reports: list[ManagerReport] = []
+        self.last: TurnReport | None = None
+
+    async def session(self) -> MemorySession:
+        """The working context (opened, or resumed from the store, on first use)."""
+        if self._session is None:
+            model_name = self.model if isinstance(self.model, str) else getattr(self.model, "model_name", None)
+            self._session = await MemorySession.open(self.memory, self.scope, model_name=model_name, budget=self.budget,
+                                                     summarizer=self.summarizer, instructions=self.instructions)
+            deps = MemoryDeps(self._session, actor=self.name)
+            self._agent = Agent(self.model, output_type=[str, DeferredToolRequests], toolsets=[memory_toolset(deps)],
+                                name=self.name)
+            if self.manager_model is not None:
+                self._manager = MemoryManager(self.memory, self._session.scope, self.manager_model)
+        return self._session
+
+    async def chat(self, text: str, *, approve: Approver | None = None) -> str:
+        """Answer `text` with memory; returns the reply (details in `self.last`)."""
+        session = await self.session()
+        assert self._agent is not None
+        turn = await session.record_turn("user", text)
+        context = await session.compile(text)
+        history = history_messages(context.recent_turns[:-1])
+        result = await self._agent.run(turn.summary, message_history=history, instructions=context.system_prompt,
+                                       usage_limits=self.usage_limits)
+        requests = result.usage.requests
+        for _ in range(3):  # approval round-trips for deferred tool calls
+            if not isinstance(result.output, DeferredToolRequests):
+                break
+            decisions = await self._decide(result.output, approve or self.approve)
+            result = await self._agent.run(message_history=result.all_messages(), instructions=context.system_prompt,
+                                           deferred_tool_results=decisions, usage_limits=self.usage_limits)
+            requests += result.usage.requests
+        reply = result.output if isinstance(result.output, str) else "(a tool call is still waiting for approval)"
+        answer = await session.record_turn("assistant", reply, actor=self.name)
+        calls = [p.tool_name for m in result.new_messages() if isinstance(m, ModelResponse)
+                 for p in m.parts if isinstance(p, ToolCallPart)]
+        self.last = TurnReport(reply=reply, context=context, requests=requests, tool_calls=calls)
+        self._pending.extend([turn, answer])
+        if self._manager is not None and len(self._pending) >= 2 * self.manage_every:
+            if self.background:
+                self._start_manager()
+            else:
+                await self.manage()
+        return reply
+
+    async def manage(self) -> ManagerReport | None:
+        """Run the memory manager now for the turns it has not seen."""
+        if self._manager is None or not self._pending:
+            return None
+        batch, self._pending = self._pending, []
+        report = await self._manager.run(batch)
+        self.manager_reports.append(report)
+        return report
+
+    async def flush(self) -> list[ManagerReport]:
+        """Wait for background manager runs, then manage what is left."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks))
+        report = await self.manage()
+        return [r for r in [report] if r]
+
+    def _start_manager(self) -> None:
+        task = asyncio.ensure_future(self.manage())
+        self._tasks.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("memory manager run failed: %s", task.exception())
+
+    async def _decide(self, requests: DeferredToolRequests, approve: Approver | None) -> DeferredToolResults:
+        results = DeferredToolResults()
+        for call in requests.approvals:
+            verdict = approve(call) if approve else False
+            if asyncio.iscoroutine(verdict) or isinstance(verdict, Awaitable):
+                verdict = await verdict
+            results.approvals[call.tool_call_id] = True if verdict else ToolDenied("the user did not approve revealing this secret")
+        for call in requests.calls:
+            results.calls[call.tool_call_id] = ToolDenied("external tool calls are not supported here")
+        return results

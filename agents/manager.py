@@ -1,0 +1,214 @@
+"""The memory-manager agent: decides what of the new turns is worth keeping, and where.
+
+It reads a batch of new turns with the memories already stored about them and answers with
+one structured plan (insert / update / supersede / merge / nothing per item), so a batch
+costs one model request. The plan is checked as a whole before anything is written: a plan
+with a bad store, field or record id goes back to the model (`ModelRetry`) and nothing
+changes. Every write carries the turns' ids as provenance and `actor="memory_manager"`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.usage import UsageLimits
+
+import prompts
+from memos.exceptions import MemosError
+from memos.os import MemoryOS
+from memos.scope import Scope
+from memtypes import BASE_FIELDS, Episode, MemoryRecord
+
+from .tools import INSERTABLE_FIELDS
+
+__all__ = ["Action", "ManagerPlan", "ManagerReport", "MemoryManager"]
+
+ACTOR = "memory_manager"
+
+
+class Insert(BaseModel):
+    """Store a new memory."""
+
+    kind: Literal["insert"] = "insert"
+    store: str
+    fields: dict[str, Any] = Field(description="The store's own fields, e.g. semantic: subject, summary, details.")
+
+
+class Update(BaseModel):
+    """Change fields of a stored memory that is still true but incomplete."""
+
+    kind: Literal["update"] = "update"
+    store: str
+    record_id: str
+    changes: dict[str, Any]
+
+
+class Supersede(BaseModel):
+    """Replace a stored memory that is no longer true by a new one (the old stays in history)."""
+
+    kind: Literal["supersede"] = "supersede"
+    store: str
+    record_id: str
+    fields: dict[str, Any]
+
+
+class Merge(BaseModel):
+    """Combine several stored memories that say the same thing into one."""
+
+    kind: Literal["merge"] = "merge"
+    store: str
+    record_ids: list[str] = Field(min_length=2)
+    fields: dict[str, Any]
+
+
+class Nothing(BaseModel):
+    """Nothing in these turns is worth keeping."""
+
+    kind: Literal["nothing"] = "nothing"
+    reason: str = ""
+
+
+Action = Annotated[Insert | Update | Supersede | Merge | Nothing, Field(discriminator="kind")]
+
+
+class ManagerPlan(BaseModel):
+    """The manager's decision for one batch of turns."""
+
+    actions: list[Action]
+
+
+@dataclass
+class ManagerReport:
+    """What one manager run did."""
+
+    turns: int
+    written: list[tuple[str, str, str]] = field(default_factory=list)
+    """(action, store, record id) for each write."""
+    requests: int = 0
+
+
+class MemoryManager:
+    """Routes new turns of a scope into the typed stores (see the module docstring)."""
+
+    def __init__(self, memory: MemoryOS, scope: Scope, model: Any, *, related_k: int = 10, max_retries: int = 2) -> None:
+        self.memory = memory
+        self.scope = scope
+        self.read_scope = Scope(scope.user_id, scope.agent_id)
+        self.related_k = related_k
+        self.agent: Agent[None, ManagerPlan] = Agent(model, output_type=ManagerPlan, retries=max_retries, name="memory_manager")
+        self.agent.output_validator(self._check)
+
+    def _stores(self) -> list[type[MemoryRecord]]:
+        return [t for name, t in self.memory.types.items() if name not in ("core", "vault")]
+
+    async def run(self, turns: Sequence[Episode]) -> ManagerReport:
+        """Decide and apply what to keep from `turns` (one model request unless the plan needs fixing)."""
+        report = ManagerReport(turns=len(turns))
+        if not turns:
+            return report
+        query = " ".join(t.summary for t in turns)[-2000:]
+        related = await self.memory.search(query, self.read_scope, types=[t.memory_type for t in self._stores() if t.memory_type != "episodic"],
+                                           k=self.related_k)
+        stores = [{"name": t.memory_type, "description": t.description,
+                   "fields": {n: str(f.annotation).replace("typing.", "") for n, f in t.model_fields.items()
+                              if n not in BASE_FIELDS or n in INSERTABLE_FIELDS}} for t in self._stores()]
+        prompt = prompts.render(
+            "manager_input.j2",
+            turns=[{"id": t.id, "line": t.render()} for t in turns],
+            related=[{"store": h.memory_type, "id": h.id, "line": h.record.render()} for h in related],
+        )
+        result = await self.agent.run(prompt, instructions=prompts.render("manager.j2", stores=stores),
+                                      usage_limits=UsageLimits(request_limit=4))
+        report.requests = result.usage.requests
+        provenance = [t.id for t in turns]
+        for action in result.output.actions:
+            await self._apply(action, provenance, report)
+        return report
+
+    # --- checking and applying -------------------------------------------------------------
+
+    async def _check(self, plan: ManagerPlan) -> ManagerPlan:
+        problems = []
+        for index, action in enumerate(plan.actions):
+            try:
+                await self._validate(action)
+            except (ModelRetry, MemosError) as exc:
+                problems.append(f"action {index} ({action.kind}): {exc}")
+        if problems:
+            raise ModelRetry("fix these actions and send the whole plan again: " + " | ".join(problems))
+        return plan
+
+    async def _validate(self, action: Action) -> None:
+        if isinstance(action, Nothing):
+            return
+        record_type = self._type(action.store)
+        if isinstance(action, Insert | Supersede | Merge):
+            self._build(record_type, action.fields, [])
+        if isinstance(action, Update):
+            unknown = set(action.changes) - set(record_type.content_fields()) - INSERTABLE_FIELDS
+            if unknown:
+                raise ModelRetry(f"cannot change {sorted(unknown)}; {action.store} fields are {record_type.content_fields()}")
+        for record_id in _ids(action):
+            await self.memory.get(self.read_scope, action.store, record_id)
+
+    def _type(self, store: str) -> type[MemoryRecord]:
+        names = [t.memory_type for t in self._stores()]
+        if store not in names:
+            raise ModelRetry(f"unknown store {store!r}; use one of {names}")
+        return self.memory.types[store]
+
+    @staticmethod
+    def _build(record_type: type[MemoryRecord], fields: dict[str, Any], provenance: list[str]) -> MemoryRecord:
+        allowed = set(record_type.content_fields()) | INSERTABLE_FIELDS
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ModelRetry(f"unknown fields {sorted(unknown)}; {record_type.memory_type} fields are {sorted(allowed)}")
+        try:
+            return record_type.model_validate({**fields, "source_ids": provenance})
+        except ValidationError as exc:
+            raise ModelRetry(f"invalid {record_type.memory_type} fields: {exc.errors()[0]['msg']}") from None
+
+    async def _apply(self, action: Action, provenance: list[str], report: ManagerReport) -> None:
+        if isinstance(action, Nothing):
+            return
+        record_type = self.memory.types[action.store]
+        if isinstance(action, Insert):
+            [stored] = await self.memory.add(self.scope, self._build(record_type, action.fields, provenance), actor=ACTOR)
+            report.written.append(("insert", action.store, stored.id))
+        elif isinstance(action, Update):
+            old = await self.memory.get(self.read_scope, action.store, action.record_id)
+            changes = {**action.changes, "source_ids": list(dict.fromkeys([*old.source_ids, *provenance]))}
+            await self.memory.update(_scope_of(old), action.store, action.record_id, changes, actor=ACTOR)
+            report.written.append(("update", action.store, action.record_id))
+        elif isinstance(action, Supersede):
+            old = await self.memory.get(self.read_scope, action.store, action.record_id)
+            new = self._build(record_type, action.fields, provenance)
+            stored = await self.memory.supersede(_scope_of(old), action.store, action.record_id, new, actor=ACTOR)
+            report.written.append(("supersede", action.store, stored.id))
+        else:
+            olds = [await self.memory.get(self.read_scope, action.store, i) for i in action.record_ids]
+            sources = list(dict.fromkeys([*(s for o in olds for s in o.source_ids), *(o.id for o in olds), *provenance]))
+            merged = self._build(record_type, action.fields, sources).model_copy(
+                update={"importance": max([o.importance for o in olds])})
+            [stored] = await self.memory.add(self.scope, merged, actor=ACTOR)
+            now = self.memory.clock()
+            for old in olds:
+                await self.memory.update(_scope_of(old), action.store, old.id,
+                                         {"status": "superseded", "superseded_by": stored.id, "valid_to": now}, actor=ACTOR)
+            report.written.append(("merge", action.store, stored.id))
+
+
+def _ids(action: Action) -> list[str]:
+    if isinstance(action, Update | Supersede):
+        return [action.record_id]
+    if isinstance(action, Merge):
+        return action.record_ids
+    return []
+
+
+def _scope_of(record: MemoryRecord) -> Scope:
+    return Scope(record.user_id, record.agent_id, record.session_id)
