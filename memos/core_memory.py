@@ -61,7 +61,7 @@ class CoreMemory:
         self._seeded = False
 
     async def blocks(self) -> list[CoreBlock]:
-        """Every block this agent sees, in creation order; default blocks are created on first use."""
+        """Every block this agent sees (default blocks first, in their order); defaults are created on first use."""
         if not self._seeded:
             await self._seed()
         return await self._current()
@@ -118,7 +118,8 @@ class CoreMemory:
         for block in [*shared, *own]:  # the agent's own block wins over a shared one of the same label
             assert isinstance(block, CoreBlock)
             by_label[block.label] = block
-        return sorted(by_label.values(), key=lambda b: (b.created_at, b.label))
+        order = {spec.label: i for i, spec in enumerate(self.defaults)}
+        return sorted(by_label.values(), key=lambda b: (order.get(b.label, len(order)), b.label))
 
     async def _seed(self) -> None:
         existing = {b.label for b in await self._current()}

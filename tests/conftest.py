@@ -68,3 +68,19 @@ def alice() -> Scope:
 @pytest.fixture
 def bob() -> Scope:
     return Scope("bob", "assistant", "s1")
+
+
+async def table_snapshot(memory: MemoryOS) -> dict[str, list]:
+    """Every row of every table (vectors left out) and the history: to prove nothing changed."""
+    out: dict[str, list] = {}
+    for name in memory.type_names:
+        rows = await memory.storage.rows(name, None)
+        out[name] = sorted(({k: v for k, v in r.items() if k != "vector"} for r in rows), key=lambda r: r["id"])
+    out["_history"] = sorted((e.id for e in await memory.storage.history_rows(None)))
+    return out
+
+
+@pytest.fixture
+def snapshot():
+    """`await snapshot(mem)`: the whole store's content, for before/after comparisons."""
+    return table_snapshot

@@ -1,0 +1,79 @@
+"""The working context: a long conversation under a hard budget, paging, resuming."""
+
+from __future__ import annotations
+
+import random
+
+from memos import MemoryOS, Scope
+from memos.context_window import BudgetPolicy
+from memos.session import MemorySession
+from memos.tokens import tokenizer_for
+from memtypes import Fact
+
+TOPICS = ["the garden", "my sister's wedding", "a job interview", "the marathon", "learning Rust", "our trip to Lisbon",
+          "the new puppy", "a leaking roof", "a book club", "grandma's recipes"]
+
+
+def turn_text(i: int, rng: random.Random) -> str:
+    topic = rng.choice(TOPICS)
+    filler = " ".join(rng.choice(["really", "honestly", "also", "then", "maybe", "later", "again"]) for _ in range(rng.randint(5, 60)))
+    return f"Turn {i} about {topic}: code word zq{i:04d}x. {filler}."
+
+
+async def test_200_turns_never_exceed_4000_tokens_and_evicted_turns_stay_findable(db_path, clock):
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock, model="openai:gpt-4o")
+    session = await MemorySession.open(mem, Scope("alice", "bot", "s1"), budget=BudgetPolicy(total=4000))
+    count = tokenizer_for("openai:gpt-4o").count
+    rng = random.Random(7)
+    evicted, pressure_seen = [], 0
+    for i in range(200):
+        clock.advance(minutes=3)
+        role = "user" if i % 2 == 0 else "assistant"
+        await session.record_turn(role, turn_text(i, rng))
+        ctx = await session.compile()
+        recount = count(ctx.system_prompt) + sum(count(t.summary) + 4 for t in ctx.recent_turns)
+        assert recount == ctx.total_tokens <= 4000, f"step {i}: {recount} tokens"
+        assert ctx.recent_turns[-1].summary.startswith(f"Turn {i} ")
+        evicted.extend(ctx.evicted)
+        pressure_seen += ctx.pressure_notice is not None
+    assert len(evicted) > 100 and pressure_seen > 0
+    assert session.summary  # the summary absorbed them
+    ids = {t.id for t in evicted}
+    listed = await session.conversation_search(limit=50 * 200, since=None)
+    assert ids <= {t.id for t in listed}
+    for turn in rng.sample(evicted, 25):  # and by text: each one's unique code word finds it
+        word = turn.summary.split("code word ")[1].split(".")[0]
+        found = await session.conversation_search(word, limit=3)
+        assert turn.id in [t.id for t in found], word
+
+
+async def test_the_conversation_resumes_after_a_reopen(db_path, clock):
+    scope = Scope("alice", "bot", "s1")
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
+    session = await MemorySession.open(mem, scope, budget=600)
+    for i in range(30):
+        await session.record_turn("user" if i % 2 == 0 else "assistant", f"message {i} about the harbour and the boats we saw")
+        await session.compile()
+    summary, context = session.summary, [t.id for t in session.context]
+    assert summary and 0 < len(context) < 30
+    again = await MemorySession.open(await MemoryOS.open(db_path, embedder=None, clock=clock), scope, budget=600)
+    assert again.summary == summary and [t.id for t in again.context] == context
+    other = await MemorySession.open(await MemoryOS.open(db_path, embedder=None, clock=clock), Scope("alice", "bot", "s2"))
+    assert other.context == [] and other.summary == ""
+
+
+async def test_active_retrieval_pages_in_related_memories_not_turns_already_in_context(mem, clock):
+    scope = Scope("alice", "bot", "s1")
+    await mem.add(Scope("alice", "bot", "s0"), [
+        Fact(subject="Alice", summary="Alice is allergic to peanuts"),
+        Fact(subject="Alice", summary="Alice's daughter is called Maya"),
+    ])
+    session = await MemorySession.open(mem, scope, budget=2000)
+    await session.record_turn("user", "Can you suggest a snack with peanuts for my afternoon?")
+    ctx = await session.compile()
+    assert "allergic to peanuts" in ctx.system_prompt
+    assert all(h.id not in {t.id for t in ctx.recent_turns} for h in ctx.paged_in)
+    assert ctx.sections["memories"] > 0 and ctx.total_tokens <= 2000
+    bob = await MemorySession.open(mem, Scope("bob", "bot", "s1"), budget=2000)
+    await bob.record_turn("user", "Can you suggest a snack with peanuts?")
+    assert "allergic" not in (await bob.compile()).system_prompt  # another user's memories never page in
