@@ -1,0 +1,206 @@
+"""The chat agent and the memory manager, driven by scripted FunctionModels (no network)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.exceptions import UnexpectedModelBehavior
+from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from agents import ChatAgent, MemoryManager, memory_capability
+from memos import MemoryOS, Scope
+from memtypes import Fact
+
+SCOPE = Scope("alice", "bot", "s1")
+
+
+class Script:
+    """A FunctionModel that counts its requests and answers from a list of canned responses."""
+
+    def __init__(self, *responses) -> None:
+        self.responses = list(responses)
+        self.requests: list[list] = []
+
+    def __call__(self, messages, info: AgentInfo) -> ModelResponse:
+        self.requests.append(messages)
+        item = self.responses.pop(0) if self.responses else "ok"
+        return item(messages, info) if callable(item) else (item if isinstance(item, ModelResponse) else ModelResponse(parts=[TextPart(item)]))
+
+    @property
+    def model(self) -> FunctionModel:
+        return FunctionModel(self)
+
+
+def tool(name, **args):
+    return ModelResponse(parts=[ToolCallPart(name, args)])
+
+
+def plan(*actions):
+    return lambda messages, info: ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"actions": list(actions)})])
+
+
+def last_tool_result(messages) -> str:
+    parts = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart | RetryPromptPart)]
+    return str(parts[-1].content)
+
+
+async def test_the_hot_path_is_one_chat_request_per_turn_and_the_manager_one_per_batch(mem):
+    chat, manager = Script(*["fine"] * 6), Script(*[plan({"kind": "nothing", "reason": "small talk"})] * 3)
+    agent = mem.agent(chat.model, SCOPE, manager_model=manager.model, manage_every=2, budget=2000)
+    for i in range(6):
+        await agent.chat(f"hello number {i}")
+        assert agent.last.requests == 1
+    await agent.flush()
+    assert len(chat.requests) == 6
+    assert len(manager.requests) == 3 and all(r.requests == 1 for r in agent.manager_reports)
+    assert sum(r.turns for r in agent.manager_reports) == 12
+
+
+async def test_the_chat_model_sees_the_compiled_context_and_recent_turns(mem):
+    await mem.add(Scope("alice", "bot", "s0"), Fact(subject="Alice", summary="Alice's cat is named Pixel"))
+    seen = {}
+
+    def reply(messages, info):
+        seen["instructions"], seen["messages"] = info.instructions, messages
+        return ModelResponse(parts=[TextPart("Pixel!")])
+
+    agent = mem.agent(Script("first", reply).model, SCOPE, budget=2000)
+    await agent.chat("Good morning")
+    await agent.chat("What is my cat called?")
+    assert "Alice's cat is named Pixel" in seen["instructions"] and "<core_memory>" in seen["instructions"]
+    texts = [getattr(p, "content", "") for m in seen["messages"] for p in m.parts]
+    assert "Good morning" in texts and "first" in texts and "What is my cat called?" in texts
+
+
+async def test_manager_writes_land_in_the_right_stores_with_provenance(mem):
+    manager = Script(plan(
+        {"kind": "insert", "store": "semantic", "fields": {"subject": "Alice", "summary": "Alice runs marathons"}},
+        {"kind": "insert", "store": "procedural", "fields": {"summary": "Alice's pre-race routine", "steps": ["sleep 8h", "oats"]}},
+        {"kind": "insert", "store": "episodic", "fields": {"summary": "Alice ran the Berlin marathon", "actor": "alice"}},
+    ))
+    agent = mem.agent(Script("great").model, SCOPE, manager_model=manager.model, background=False)
+    await agent.chat("I ran the Berlin marathon! Before races I sleep 8h and eat oats.")
+    turn_ids = {t.id for t in (await agent.session()).context}
+    [report] = agent.manager_reports
+    assert [(a, s) for a, s, _ in report.written] == [("insert", "semantic"), ("insert", "procedural"), ("insert", "episodic")]
+    fact = (await mem.list(Scope("alice"), "semantic"))[0]
+    assert fact.summary == "Alice runs marathons" and set(fact.source_ids) == turn_ids
+    proc = (await mem.list(Scope("alice"), "procedural"))[0]
+    assert proc.steps == ["sleep 8h", "oats"] and set(proc.source_ids) == turn_ids
+    assert {e.actor for e in await mem.history(Scope("alice")) if e.record_id in {fact.id, proc.id}} == {"memory_manager"}
+
+
+async def test_manager_supersede_and_merge_link_the_old_records(mem):
+    old, dup1, dup2 = await mem.add(SCOPE, [Fact(subject="Alice", summary="Alice lives in Porto"),
+                                            Fact(subject="Alice", summary="Alice likes jazz"),
+                                            Fact(subject="Alice", summary="Alice enjoys jazz music")])
+    manager = Script(plan(
+        {"kind": "supersede", "store": "semantic", "record_id": old.id, "fields": {"subject": "Alice", "summary": "Alice lives in Lisbon"}},
+        {"kind": "merge", "store": "semantic", "record_ids": [dup1.id, dup2.id], "fields": {"subject": "Alice", "summary": "Alice loves jazz"}},
+    ))
+    agent = mem.agent(Script("ok").model, SCOPE, manager_model=manager.model, background=False)
+    await agent.chat("I moved to Lisbon last month.")
+    active = {f.summary for f in await mem.list(Scope("alice"), "semantic")}
+    assert active == {"Alice lives in Lisbon", "Alice loves jazz"}
+    old_now = await mem.get(Scope("alice"), "semantic", old.id)
+    assert old_now.status == "superseded" and old_now.valid_to is not None and old_now.superseded_by
+    merged = await mem.get(Scope("alice"), "semantic", (await mem.get(Scope("alice"), "semantic", dup1.id)).superseded_by)
+    assert {dup1.id, dup2.id} <= set(merged.source_ids)
+
+
+async def test_a_bad_plan_goes_back_to_the_model_and_writes_nothing_until_fixed(mem, snapshot):
+    bad = plan({"kind": "insert", "store": "semantic", "fields": {"subject": "A", "summary": "ok"}},
+               {"kind": "update", "store": "semantic", "record_id": "doesnotexist", "changes": {"summary": "x"}},
+               {"kind": "insert", "store": "recipes", "fields": {}})
+    manager = MemoryManager(mem, SCOPE, Script(bad, bad, bad, bad).model)
+    session = await mem.session(SCOPE)
+    turn = await session.record_turn("user", "hello")
+    before = await snapshot(mem)
+    with pytest.raises(UnexpectedModelBehavior):
+        await manager.run([turn])
+    assert await snapshot(mem) == before
+    script = Script(bad, plan({"kind": "nothing"}))
+    report = await MemoryManager(mem, SCOPE, script.model).run([turn])
+    assert report.requests == 2 and report.written == []
+    feedback = str([getattr(p, "content", "") for p in script.requests[1][-1].parts])
+    assert "action 1 (update)" in feedback and "doesnotexist" in feedback and "action 2 (insert): unknown store 'recipes'" in feedback
+    assert "action 0" not in feedback
+
+
+MISUSE = [
+    ("core_memory_append", {"label": "nope", "text": "x"}, "no core block 'nope'"),
+    ("core_memory_append", {"label": "human", "text": "x" * 2500}, "limit is 2,000"),
+    ("core_memory_append", {"label": "human", "text": "   "}, "empty"),
+    ("core_memory_replace", {"label": "human", "old": "absent text", "new": "y"}, "is not in block"),
+    ("core_memory_rethink", {"label": "persona", "new_value": "z" * 3000}, "limit"),
+    ("memory_search", {"query": "tea", "stores": ["recipes"]}, "unknown store"),
+    ("memory_search", {"query": "tea", "since": "last tuesday"}, "not a date"),
+    ("memory_search", {"query": "tea", "k": 500}, "k must be"),
+    ("memory_search", {"query": "  "}, "query is empty"),
+    ("conversation_search", {"until": "2024-13-45"}, "not a date"),
+    ("memory_insert", {"store": "recipes", "fields": {"x": 1}}, "unknown store"),
+    ("memory_insert", {"store": "semantic", "fields": {"subject": "A", "colour": "red"}}, "unknown fields"),
+    ("memory_insert", {"store": "semantic", "fields": {"subject": "A", "summary": "s", "importance": 7}}, "importance"),
+    ("memory_insert", {"store": "core", "fields": {"label": "x"}}, "core_memory_append"),
+    ("memory_insert", {"store": "semantic", "fields": {"subject": "A", "user_id": "bob"}}, "unknown fields"),
+    ("vault_store", {"caption": "my pin 4321", "secret": "4321"}, "must not contain the secret"),
+    ("vault_store", {"caption": "bank pin", "secret": ""}, "secret is empty"),
+]
+
+
+@pytest.mark.parametrize("name, args, message", MISUSE, ids=[f"{m[0]}-{i}" for i, m in enumerate(MISUSE)])
+async def test_tool_misuse_is_a_model_retry_and_changes_nothing(mem, snapshot, name, args, message):
+    chat = Script("hi", tool(name, **args), lambda messages, info: ModelResponse(parts=[TextPart(last_tool_result(messages))]))
+    agent = mem.agent(chat.model, SCOPE)
+    await agent.chat("warm up")  # creates the default blocks and the session
+    session = await agent.session()
+    before = await snapshot(mem)
+    reply = await agent.chat("do the thing")
+    assert message in reply
+    after = await snapshot(mem)
+    for store in mem.type_names:
+        if store != "episodic":
+            assert after[store] == before[store], store
+    new_turns = [r for r in after["episodic"] if r["id"] not in {b["id"] for b in before["episodic"]}]
+    assert len(new_turns) == 2  # only the user turn and the reply were recorded
+    assert session.context[-1].summary == reply
+
+
+async def test_core_edits_by_tool_survive_a_reopen(db_path, embedder, clock, vault_key):
+    mem = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    chat = Script(tool("core_memory_append", label="human", text="Prefers to be called Ali"), "noted")
+    await mem.agent(chat.model, SCOPE).chat("Call me Ali please")
+    again = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    seen = {}
+
+    def reply(messages, info):
+        seen["instructions"] = info.instructions
+        return ModelResponse(parts=[TextPart("Hi Ali")])
+
+    agent = again.agent(Script(reply).model, SCOPE)
+    await agent.chat("Hi, it's me again")
+    assert "Prefers to be called Ali" in seen["instructions"]
+    assert [t.summary for t in agent.last.context.recent_turns][:2] == ["Call me Ali please", "noted"]  # resumed
+
+
+async def test_mounting_memory_on_a_plain_user_agent_reads_and_writes(mem):
+    await mem.add(Scope("alice", "helper", "s0"), Fact(subject="Alice", summary="Alice's flight to Oslo leaves on 3 March"))
+    seen = {}
+
+    def model(messages, info):
+        if "flight" in str(messages[-1].parts[-1].content if hasattr(messages[-1].parts[-1], "content") else ""):
+            seen["instructions"] = info.instructions
+            return tool("memory_insert", store="semantic", fields={"subject": "Alice", "summary": "Alice wants a window seat"})
+        return ModelResponse(parts=[TextPart("saved")])
+
+    capability = await memory_capability(mem, Scope("alice", "helper", "s1"))
+    user_agent = Agent(FunctionModel(model), capabilities=[capability], instructions="You are Alice's travel helper.")
+    result = await user_agent.run("When is my flight? Also I want a window seat.")
+    assert result.output == "saved"
+    assert "flight to Oslo leaves on 3 March" in seen["instructions"]
+    assert "You are Alice's travel helper." in seen["instructions"]
+    facts = {f.summary for f in await mem.list(Scope("alice"), "semantic")}
+    assert "Alice wants a window seat" in facts
+    turns = await mem.list(Scope("alice", "helper", "s1"), "episodic")
+    assert [t.summary for t in turns] == ["When is my flight? Also I want a window seat."]
