@@ -135,6 +135,10 @@ class MemoryOS:
             prepared.setdefault(stamped.memory_type, []).append(self._seal(stamped))
         for name, group in prepared.items():
             await self._write(name, group, "add", actor, before=None)
+        for record in items:
+            clear = [getattr(record, f) for f in record.secret_fields if getattr(record, f)]
+            if clear and record.source_ids:
+                await self._scrub_sources(scope, record, clear)
         return [self._redact(r) for group in prepared.values() for r in group]
 
     async def update(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str = "user") -> MemoryRecord:
@@ -347,6 +351,28 @@ class MemoryOS:
         await self.storage.append_history([history_row("reveal", record, approved_by, None, None, self.clock(), note="secret revealed")])
         return value
 
+    async def _scrub_sources(self, scope: Scope, item: MemoryRecord, secrets: list[str]) -> None:
+        """A secret just stored in the vault leaves the records it came from (e.g. the chat turn
+        that said it): their text, vectors, index entries, history and old table versions."""
+        marker = f"[{item.memory_type} item {item.id}]"
+        for name, record_type in self.types.items():
+            if record_type.secret_fields:
+                continue
+            rows = await self.storage.rows(name, Where(Scope(scope.user_id)).id_in(item.source_ids).build())
+            table = self.storage.type_table(name)
+            for source in (table.to_record(r) for r in rows):
+                changes = {f: _replace_all(v, secrets, marker) for f, v in source.model_dump().items()
+                           if isinstance(v, str) and f not in _IMMUTABLE and any(x in v for x in secrets)}
+                if not changes:
+                    continue
+                owner = Scope(source.user_id, source.agent_id, source.session_id)
+                await self.update(owner, name, source.id, changes, actor="vault")
+                rows = await self.storage.raw_history(Where(owner).eq("record_id", source.id).build())
+                await self.storage.rewrite_history([
+                    {**r, "before": _replace_all(r["before"], secrets, marker), "after": _replace_all(r["after"], secrets, marker)}
+                    for r in rows])
+                await self.storage.purge_old_versions(name)
+
     async def _write(
         self, name: str, records: list[MemoryRecord], op: str, actor: str, *,
         before: dict[str, MemoryRecord] | None, vectors_from: MemoryRecord | None = None, note: str | None = None,
@@ -382,6 +408,12 @@ def _search_statuses(include_inactive: bool, since: datetime | None, until: date
     if include_inactive:
         return ("active", "superseded", "archived")
     return ("active", "superseded") if since is not None or until is not None else ("active",)
+
+
+def _replace_all(text: str | None, secrets: list[str], marker: str) -> str | None:
+    for secret in secrets:
+        text = text.replace(secret, marker) if text else text
+    return text
 
 
 def _audit(record: MemoryRecord | None) -> dict[str, Any] | None:

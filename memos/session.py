@@ -132,6 +132,7 @@ class MemorySession:
         if not self.context:
             raise ConfigError("record the incoming message with record_turn() before compiling a context")
         count = self.memory.tokenizer.count
+        await self._refresh_context()
         query = incoming if incoming is not None else self.context[-1].summary
         blocks = await self.core.blocks()
         counts = await self.memory.counts(self.retrieval_scope)
@@ -222,6 +223,18 @@ class MemorySession:
         state = {"summary": self.summary, "context": [t.id for t in self.context], "evicted": self.evicted_total}
         await self.memory.storage.set_meta(self._state_key, json.dumps(state))
 
+    async def _refresh_context(self) -> None:
+        """Re-read the in-context turns (a scrubbed secret or a consolidation may have changed them)."""
+        self.context = await self._load_turns([t.id for t in self.context])
+
+    async def _load_turns(self, ids: list[str]) -> list[Episode]:
+        if not ids:
+            return []
+        rows = await self.memory.storage.rows("episodic", Where(self.scope).id_in(ids).build())
+        table = self.memory.storage.type_table("episodic")
+        by_id = {r["id"]: table.to_record(r) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]  # type: ignore[misc]
+
     async def _load_state(self) -> None:
         raw = (await self.memory.storage.get_meta()).get(self._state_key)
         if not raw:
@@ -229,12 +242,7 @@ class MemorySession:
         state = json.loads(raw)
         self.summary = state.get("summary", "")
         self.evicted_total = int(state.get("evicted", 0))
-        ids = [i for i in state.get("context", []) if isinstance(i, str)]
-        if ids:
-            rows = await self.memory.storage.rows("episodic", Where(self.scope).id_in(ids).build())
-            table = self.memory.storage.type_table("episodic")
-            by_id = {r["id"]: table.to_record(r) for r in rows}
-            self.context = [by_id[i] for i in ids if i in by_id]  # type: ignore[misc]
+        self.context = await self._load_turns([i for i in state.get("context", []) if isinstance(i, str)])
 
 
 def _newest_part(summary: str, tokens: int, count: object) -> str:

@@ -15,9 +15,10 @@ import asyncio
 import json
 import logging
 import random
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import lancedb
@@ -247,6 +248,27 @@ class Storage:
             HistoryEntry(**{**r, "before": _loads(r["before"]), "after": _loads(r["after"])})
             for r in rows
         ]
+
+    async def raw_history(self, where: str) -> list[dict[str, Any]]:
+        """History rows as stored (before/after as JSON text)."""
+        return await self.history.query().where(where).to_list()
+
+    async def rewrite_history(self, rows: list[dict[str, Any]]) -> None:
+        """Replace history rows by id (used only to scrub a secret out of the audit trail)."""
+        if rows:
+            await retry_conflicts(
+                lambda: self.history.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+            )
+
+    async def purge_old_versions(self, memory_type: str | None = None) -> None:
+        """Compact and drop every old version of a table and of history, so removed data is gone from disk."""
+        tables = [self.history] + ([self.tables[memory_type].table] if memory_type else [t.table for t in self.tables.values()])
+        for table in tables:
+            with warnings.catch_warnings():
+                # LanceDB warns that a reader still on an old version fails; it retries on the latest
+                # one, and keeping the old version would keep the removed data on disk.
+                warnings.simplefilter("ignore", UserWarning)
+                await retry_conflicts(lambda table=table: table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True))
 
     async def delete_history(self, where: str) -> None:
         await retry_conflicts(lambda: self.history.delete(where))

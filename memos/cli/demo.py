@@ -1,0 +1,112 @@
+"""`memos demo` and `memos chat`: the memory OS in action."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .._sync import run_sync
+from ..demo import DemoStep, load_script, run_demo
+from ..os import MemoryOS
+from ..scope import Scope
+from ._app import DbOption, JsonOption, UserOption, app, emit_json, guarded
+
+out = Console()
+
+
+def _bar(used: int, total: int, width: int = 24) -> str:
+    filled = min(width, round(width * used / max(total, 1)))
+    colour = "red" if used > 0.9 * total else "yellow" if used > 0.7 * total else "green"
+    return f"[{colour}]{'█' * filled}[/{colour}]{'░' * (width - filled)} {used:>5}/{total}"
+
+
+def _print_step(step: DemoStep) -> None:
+    head = f"[bold]s{step.session}·{step.turn:02d}[/bold] {_bar(step.tokens, step.budget)}"
+    moved = f"paged in {len(step.paged_in):>2}" + (f", [magenta]evicted {step.evicted}[/magenta]" if step.evicted else "")
+    warn = " [yellow]⚠ pressure[/yellow]" if step.pressure else ""
+    out.print(f"{head}  {moved}{warn}  [dim]{step.text[:60]}[/dim]")
+    for line in step.paged_in[:2]:
+        out.print(f"        [cyan]↳ {line[:100]}[/cyan]")
+
+
+@app.command()
+@guarded
+def demo(
+    path: Annotated[Path | None, typer.Option("--path", help="Store directory (default: a fresh temp dir).")] = None,
+    budget: Annotated[int, typer.Option(min=256, help="Token budget of the working context.")] = 1500,
+    steps: Annotated[int | None, typer.Option(min=1, help="Stop after this many user turns.")] = None,
+    model: Annotated[str | None, typer.Option(help="A pydantic-ai model (e.g. openai:gpt-4o-mini); default raw mode.")] = None,
+    script: Annotated[Path | None, typer.Option(help="Another conversation script (JSON like examples/demo_conversation.json).")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Play a three-session conversation through the memory OS, offline, and answer recall questions."""
+    store = path or Path(tempfile.mkdtemp(prefix="memos-demo-")) / "memory"
+    data = load_script(script)
+    if not json_out:
+        mode = f"model {model}" if model else "raw mode (no model, no API key)"
+        out.print(f"[bold]memos demo[/bold] — {data['title']}: {mode}; budget {budget} tokens; store {store}")
+    result = run_sync(run_demo(store, budget=budget, steps=steps, model=model, script=data,
+                               on_step=None if json_out else _print_step))
+    if json_out:
+        emit_json({"steps": [s.__dict__ for s in result.steps], "answers": [a.__dict__ for a in result.answers],
+                   "counts": result.counts, "path": result.path})
+        return
+    table = Table(title="Recall from memory", show_lines=False)
+    table.add_column("question")
+    table.add_column("memory's answer (top hits)")
+    table.add_column("ok")
+    for answer in result.answers:
+        table.add_row(answer.question, "\n".join(a[:90] for a in answer.answer[:3]), "✓" if answer.found else "✗")
+    out.print(table)
+    peak = max((s.tokens for s in result.steps), default=0)
+    evicted = sum(s.evicted for s in result.steps)
+    out.print(f"{len(result.steps)} steps, peak {peak}/{budget} tokens, {evicted} turns paged out into the summary; "
+              f"stored: {result.counts}; recall {sum(a.found for a in result.answers)}/{len(result.answers)}")
+
+
+@app.command()
+@guarded
+def chat(
+    model: Annotated[str, typer.Option(help="A pydantic-ai model string, e.g. openai:gpt-4o-mini or 'test' (offline).")],
+    db: DbOption = Path("memos-data"),
+    user: UserOption = "default",
+    agent: Annotated[str, typer.Option(help="Agent id of the scope.")] = "assistant",
+    session: Annotated[str, typer.Option(help="Session id (a new id starts a fresh working context).")] = "default",
+    budget: Annotated[int, typer.Option(min=256, help="Token budget of the working context.")] = 4000,
+    message: Annotated[list[str] | None, typer.Option("--message", "-m", help="Send these messages and exit (no REPL).")] = None,
+) -> None:
+    """Chat with a memory-backed agent (type /exit to leave, /context to see the last prompt's budget)."""
+    chosen = _model(model)
+    memory = MemoryOS.open_sync(db, model=model if model != "test" else None)
+    bot = memory.agent(chosen, Scope(user, agent, session), budget=budget, manager_model=None if model == "test" else chosen,
+                       approve=lambda call: typer.confirm(f"Reveal vault item {call.args}?", default=False))
+    inputs = iter(message) if message else None
+    while True:
+        try:
+            text = next(inputs) if inputs is not None else typer.prompt("you", prompt_suffix="> ")
+        except (StopIteration, EOFError, KeyboardInterrupt, typer.Abort):
+            break
+        if text.strip() in ("/exit", "/quit"):
+            break
+        if text.strip() == "/context" and bot.last:
+            out.print(bot.last.context.sections)
+            continue
+        reply = bot.chat_sync(text)
+        ctx = bot.last.context if bot.last else None
+        out.print(f"[bold green]{bot.name}>[/bold green] {reply}")
+        if ctx:
+            out.print(f"[dim]{_bar(ctx.total_tokens, ctx.budget)} paged in {len(ctx.paged_in)}, evicted {len(ctx.evicted)}[/dim]")
+    bot.flush_sync()
+
+
+def _model(name: str):  # type: ignore[no-untyped-def]
+    if name == "test":
+        from pydantic_ai.models.test import TestModel
+
+        return TestModel(call_tools=[], custom_output_text="(test model) noted.")
+    return name

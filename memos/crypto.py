@@ -1,0 +1,109 @@
+"""Vault encryption: AES-256-GCM with the record's identity as associated data.
+
+A vault secret is stored as `v1:<key id>:<base64 nonce+ciphertext>`. The associated data
+binds a ciphertext to its record (type, id, user), so a ciphertext copied onto another record
+or another user does not decrypt. The key comes from `MEMOS_VAULT_KEY` (base64 of 32 bytes)
+or from a key file created on first use with owner-only permissions (0600). Several keys can
+be loaded at once (newest first) so that `rotate` can re-encrypt under a new key while old
+ciphertexts still open. Errors never carry a secret or a key.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from .exceptions import MemoryOSError
+
+__all__ = ["ENV_KEY", "VaultCipher", "VaultKeyError", "generate_key", "load_or_create_key"]
+
+ENV_KEY = "MEMOS_VAULT_KEY"
+_PREFIX = "v1"
+
+
+class VaultKeyError(MemoryOSError):
+    """The vault key is missing, malformed, or not the key the secrets were encrypted with."""
+
+
+def generate_key() -> bytes:
+    """A fresh random 256-bit key."""
+    return AESGCM.generate_key(bit_length=256)
+
+
+def _decode(text: str, origin: str) -> bytes:
+    try:
+        key = base64.urlsafe_b64decode(text.strip().encode())
+    except (ValueError, TypeError):
+        raise VaultKeyError(f"the vault key in {origin} is not valid base64") from None
+    if len(key) != 32:
+        raise VaultKeyError(f"the vault key in {origin} must be 32 bytes (base64), got {len(key)}")
+    return key
+
+
+def load_or_create_key(key_file: str | Path) -> bytes:
+    """The vault key: `MEMOS_VAULT_KEY` if set, else `key_file` (created, mode 0600, if missing)."""
+    if os.environ.get(ENV_KEY):
+        return _decode(os.environ[ENV_KEY], f"${ENV_KEY}")
+    path = Path(key_file)
+    if path.exists():
+        return _decode(path.read_text(), str(path))
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = generate_key()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # owner-only from the first byte
+    with os.fdopen(fd, "w") as out:
+        out.write(base64.urlsafe_b64encode(key).decode() + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    return key
+
+
+def key_id(key: bytes) -> str:
+    """A short public fingerprint of a key (not reversible)."""
+    return hashlib.sha256(b"memos-vault-key|" + key).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class VaultCipher:
+    """Encrypts with the first key; decrypts with whichever loaded key made the ciphertext."""
+
+    keys: tuple[bytes, ...]
+
+    @classmethod
+    def from_key(cls, key: bytes, *older: bytes) -> VaultCipher:
+        return cls((key, *older))
+
+    @property
+    def key_id(self) -> str:
+        return key_id(self.keys[0])
+
+    def encrypt(self, plaintext: str, aad: bytes) -> str:
+        nonce = os.urandom(12)
+        sealed = AESGCM(self.keys[0]).encrypt(nonce, plaintext.encode("utf-8"), aad)
+        return f"{_PREFIX}:{self.key_id}:{base64.urlsafe_b64encode(nonce + sealed).decode()}"
+
+    def is_current(self, token: str) -> bool:
+        """Whether `token` was encrypted with the current (first) key."""
+        return token.startswith(f"{_PREFIX}:{self.key_id}:")
+
+    def decrypt(self, token: str, aad: bytes) -> str:
+        try:
+            prefix, kid, body = token.split(":", 2)
+            raw = base64.urlsafe_b64decode(body.encode())
+        except (ValueError, TypeError):
+            raise VaultKeyError("a vault value is not a memos ciphertext (corrupt or written without encryption)") from None
+        if prefix != _PREFIX:
+            raise VaultKeyError(f"unknown vault ciphertext version {prefix!r}")
+        key = next((k for k in self.keys if key_id(k) == kid), None)
+        if key is None:
+            raise VaultKeyError(f"this vault item was encrypted with key {kid}, which is not loaded; "
+                                f"set {ENV_KEY} or the key file to that key")
+        try:
+            return AESGCM(key).decrypt(raw[:12], raw[12:], aad).decode("utf-8")
+        except InvalidTag:
+            raise VaultKeyError("a vault item failed authentication: wrong key, or the ciphertext was moved or tampered with") from None
