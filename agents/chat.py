@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.usage import UsageLimits
 
 from memos._sync import with_sync_methods
@@ -53,6 +53,15 @@ class TurnReport:
     context: CompiledContext
     requests: int
     tool_calls: list[str] = field(default_factory=list)
+
+
+def _scrub_revealed(reply: str, messages: list[ModelMessage]) -> str:
+    """The reply as the recall log keeps it: an approved vault reveal is shown to the user, never stored."""
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart) and part.tool_name == "vault_reveal" and isinstance(part.content, str) and part.content:
+                reply = reply.replace(part.content, "[revealed vault secret]")
+    return reply
 
 
 def history_messages(turns: list[Episode]) -> list[ModelMessage]:
@@ -137,7 +146,7 @@ class ChatAgent:
                                            deferred_tool_results=decisions, usage_limits=self.usage_limits)
             requests += result.usage.requests
         reply = result.output if isinstance(result.output, str) else "(a tool call is still waiting for approval)"
-        answer = await session.record_turn("assistant", reply, actor=self.name)
+        answer = await session.record_turn("assistant", _scrub_revealed(reply, result.all_messages()), actor=self.name)
         calls = [p.tool_name for m in result.new_messages() if isinstance(m, ModelResponse)
                  for p in m.parts if isinstance(p, ToolCallPart)]
         self.last = TurnReport(reply=reply, context=context, requests=requests, tool_calls=calls)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import UnexpectedModelBehavior
@@ -204,3 +206,36 @@ async def test_mounting_memory_on_a_plain_user_agent_reads_and_writes(mem):
     assert "Alice wants a window seat" in facts
     turns = await mem.list(Scope("alice", "helper", "s1"), "episodic")
     assert [t.summary for t in turns] == ["When is my flight? Also I want a window seat."]
+
+
+async def test_vault_reveal_needs_approval_and_never_leaks_otherwise(mem, tmp_path):
+    secret = "hunter2-XQ7"
+    store = Script(tool("vault_store", caption="Alice's email password", secret=secret, entry_type="credential"), "stored it")
+    agent = mem.agent(store.model, SCOPE)
+    await agent.chat(f"Please keep my email password safe: {secret}")
+    [item] = await mem.list(Scope("alice"), "vault")
+    assert item.secret == "" and item.caption == "Alice's email password"
+
+    def ask_reveal(messages, info):
+        return tool("vault_reveal", item_id=item.id)
+
+    def answer(messages, info):
+        return ModelResponse(parts=[TextPart("result: " + last_tool_result(messages))])
+
+    denied = mem.agent(Script(ask_reveal, answer).model, SCOPE)
+    reply = await denied.chat("What is my email password?")
+    assert secret not in reply and "did not approve" in reply
+    assert secret not in denied.last.context.system_prompt
+
+    asked = []
+    approved = mem.agent(Script(ask_reveal, answer).model, SCOPE, approve=lambda call: asked.append(call.args) or True)
+    reply = await approved.chat("What is my email password? I approve.")
+    assert secret in reply and asked == [{"item_id": item.id}]
+    reveals = [e for e in await mem.history(Scope("alice")) if e.op == "reveal"]
+    assert len(reveals) == 1 and secret not in str(reveals[0])
+    # the turn that said the secret was scrubbed when the vault item was stored... by the tool's provenance
+    turns = [t.summary for t in await mem.list(Scope("alice"), "episodic", limit=None)]
+    assert not any(secret in t for t in turns if t.startswith("Please keep"))
+    files = [p for p in Path(mem.storage.uri).rglob("*") if p.is_file()]
+    assert files and not [p for p in files if secret.encode() in p.read_bytes()]
+    assert any("[revealed vault secret]" in t for t in turns)  # the reply was shown, not stored
