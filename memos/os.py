@@ -243,7 +243,10 @@ class MemoryOS:
             query=query, scope=scope, types=names, k=k, budget_tokens=budget_tokens, since=since, until=until,
             tags=tags, statuses=_search_statuses(include_inactive, since, until), policy=self.ranking,
         )
-        return await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)
+        hits = await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)
+        for hit in hits:
+            hit.record = self._redact(hit.record)  # ciphertext never leaves the kernel either
+        return hits
 
     async def ingest(self, scope: Scope, messages: Iterable[Message | dict[str, Any]], *, actor: str = "ingest") -> list[Episode]:
         """Store conversation turns as episodic records (raw mode: no model), batched."""

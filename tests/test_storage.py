@@ -1,0 +1,218 @@
+"""The foundation: typed stores on LanceDB, CRUD with history, scopes, filters, embedders, ingest."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pydantic_ai.embeddings import Embedder, TestEmbeddingModel
+from typer.testing import CliRunner
+
+from memos import MemoryOS, Scope
+from memos.cli import app
+from memos.exceptions import (EmbeddingDimensionError, InvalidFilterError, InvalidRecordError, RecordNotFoundError,
+                              UnknownMemoryTypeError)
+from memos.tokens import tokenizer_for
+from memtypes import Episode, Fact, Procedure, Resource, VaultItem
+
+runner = CliRunner()
+
+
+async def test_reopening_finds_everything(db_path, embedder, clock, vault_key, alice):
+    mem = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    fact, = await mem.add(alice, Fact(subject="Alice", summary="Alice plays the cello"))
+    again = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    assert (await again.get(alice, "semantic", fact.id)).summary == "Alice plays the cello"
+    assert [h.id for h in await again.search("cello", alice)] == [fact.id]
+    assert sorted(again.type_names) == sorted(["core", "episodic", "semantic", "procedural", "resource", "vault"])
+
+
+async def test_crud_and_every_mutation_in_history(mem, alice, clock):
+    one, two = await mem.add(alice, [Fact(subject="Alice", summary="Lives in Porto"), Fact(subject="Bo", summary="Bo is a cat")])
+    clock.advance(days=1)
+    await mem.update(alice, "semantic", two.id, {"details": "grey, 4 years old"}, actor="agent")
+    new = await mem.supersede(alice, "semantic", one.id, Fact(subject="Alice", summary="Lives in Lisbon"), actor="agent")
+    old = await mem.get(alice, "semantic", one.id)
+    assert old.status == "superseded" and old.superseded_by == new.id and old.valid_to == clock.now
+    assert new.valid_from == clock.now
+    archived = await mem.archive(alice, "semantic", two.id, note="stale")
+    assert archived.status == "archived"
+    assert [f.summary for f in await mem.list(alice, "semantic")] == ["Lives in Lisbon"]
+    assert len(await mem.list(alice, "semantic", status=None)) == 3
+    ops = [(e.op, e.record_id, e.actor) for e in await mem.history(alice)]
+    assert ops == [("add", one.id, "user"), ("add", two.id, "user"), ("update", two.id, "agent"), ("add", new.id, "agent"),
+                   ("supersede", one.id, "agent"), ("archive", two.id, "user")]
+    update = (await mem.history(alice, two.id))[1]
+    assert update.before["details"] == "" and update.after["details"] == "grey, 4 years old" and update.at == clock.now
+    await mem.delete(alice, "semantic", two.id)
+    with pytest.raises(RecordNotFoundError):
+        await mem.get(alice, "semantic", two.id)
+    assert await mem.history(alice, two.id) == []  # a real delete takes its history too
+
+
+async def test_list_filters_by_status_tags_and_time(mem, alice, clock):
+    start = clock.now
+    await mem.add(alice, Episode(summary="breakfast", occurred_at=start, tags=["food"]))
+    await mem.add(alice, Episode(summary="meeting", occurred_at=start + timedelta(hours=3), tags=["work"]))
+    await mem.add(alice, Episode(summary="dinner", occurred_at=start + timedelta(hours=9), tags=["food", "family"]))
+    assert [e.summary for e in await mem.list(alice, "episodic", tags=["food"])] == ["breakfast", "dinner"]
+    window = await mem.list(alice, "episodic", since=start + timedelta(hours=1), until=start + timedelta(hours=5))
+    assert [e.summary for e in window] == ["meeting"]
+
+
+async def test_scopes_are_hard_partitions(mem, alice, bob):
+    mine, = await mem.add(alice, Fact(subject="Alice", summary="Alice's bank is Nordbank"))
+    await mem.add(bob, Fact(subject="Bob", summary="Bob's bank is Nordbank too"))
+    assert {h.record.user_id for h in await mem.search("bank", Scope("alice"))} == {"alice"}
+    with pytest.raises(RecordNotFoundError):
+        await mem.get(bob, "semantic", mine.id)
+    with pytest.raises(RecordNotFoundError):
+        await mem.update(bob, "semantic", mine.id, {"summary": "hijacked"})
+    with pytest.raises(RecordNotFoundError):
+        await mem.delete(bob, "semantic", mine.id)
+    assert (await mem.get(alice, "semantic", mine.id)).summary == "Alice's bank is Nordbank"
+    assert all(e.user_id == "bob" for e in await mem.history(Scope("bob")))
+    other_session = Scope("alice", "assistant", "s2")
+    assert await mem.list(other_session, "semantic") == [] and len(await mem.list(Scope("alice"), "semantic")) == 1
+    with pytest.raises(InvalidRecordError):
+        await mem.add(bob, Fact(subject="x", summary="y", user_id="alice"))
+
+
+HOSTILE = ["' OR 1=1 --", "alice' OR user_id != '", "x\x00y", "a" * 300, "\ud800", "", 42, None]
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=[repr(v)[:20] for v in HOSTILE])
+async def test_hostile_filter_values_are_refused_and_change_nothing(mem, alice, snapshot, value):
+    await mem.add(alice, Fact(subject="Alice", summary="secretive fact"))
+    before = await snapshot(mem)
+    if value in HOSTILE[:2]:  # printable injection attempts are valid ids, quoted: they match nobody
+        assert await mem.list(Scope(value), "semantic") == []
+        assert await mem.search("secretive", Scope(value)) == []
+    else:
+        with pytest.raises(InvalidFilterError):
+            await mem.list(Scope(value), "semantic")  # type: ignore[arg-type]
+    with pytest.raises((InvalidFilterError, RecordNotFoundError)):
+        await mem.get(alice, "semantic", value)  # type: ignore[arg-type]
+    if isinstance(value, str) and value not in HOSTILE[:2]:
+        with pytest.raises(InvalidFilterError):
+            await mem.list(alice, "semantic", tags=[value or "\x00"])
+    assert await snapshot(mem) == before
+
+
+async def test_search_text_with_sql_and_fts_syntax_is_harmless(mem, alice):
+    await mem.add(alice, Fact(subject="Alice", summary="Alice's favourite tea is oolong"))
+    for query in ["' OR 1=1 --", 'tea" OR "x', "tea AND (oolong OR", "*", "", "NOT", "tea\x00"]:
+        hits = await mem.search(query, alice)
+        assert all(h.record.user_id == "alice" for h in hits)
+
+
+async def test_unknown_memory_types_are_named(mem, alice):
+    with pytest.raises(UnknownMemoryTypeError, match="known types: core, episodic"):
+        await mem.list(alice, "recipes")
+    with pytest.raises(UnknownMemoryTypeError):
+        await mem.search("x", alice, types=["recipes"])
+
+
+async def test_a_custom_type_works_like_a_builtin(tmp_path, embedder, monkeypatch):
+    spec = importlib.util.spec_from_file_location("custom_example", Path(__file__).parent.parent / "examples" / "custom_memory_type.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr("memos.embeddings._local", embedder)
+    titles = await module.main(str(tmp_path / "recipes"))
+    assert titles[0] == "Pumpkin soup"
+    mem = await MemoryOS.open(tmp_path / "recipes", types=[module.Recipe], embedder=embedder)
+    [soup] = [r for r in await mem.list(Scope("sam"), "recipe") if r.title == "Pumpkin soup"]
+    assert soup.notes == "Roast the pumpkin first."
+    await mem.delete(Scope("sam"), "recipe", soup.id)
+    assert [r.title for r in await mem.list(Scope("sam"), "recipe")] == ["Shakshuka"]
+    with pytest.raises(TypeError, match="must define render"):
+        type("Broken", (module.MemoryRecord,), {"__annotations__": {}, "memory_type": "broken",
+                                                "index_text": lambda self: ""})
+
+
+async def test_embedder_identity_is_stored_and_a_different_dimension_is_refused(db_path, embedder, alice):
+    mem = await MemoryOS.open(db_path, embedder=embedder)
+    await mem.add(alice, Fact(subject="A", summary="b"))
+    meta = await mem.storage.get_meta()
+    assert json.loads(meta["embedder"]) == {"name": "local:all-MiniLM-L6-v2", "dim": 384}
+    with pytest.raises(EmbeddingDimensionError, match="memos reindex"):
+        await MemoryOS.open(db_path, embedder=Embedder(TestEmbeddingModel(dimensions=8)))
+
+
+async def test_full_text_only_mode_then_reindex_adds_vectors(db_path, embedder, alice, caplog):
+    plain = await MemoryOS.open(db_path, embedder=None)
+    await plain.add(alice, [Fact(subject="Alice", summary="Alice adopted a greyhound named Comet"),
+                            Fact(subject="Alice", summary="Alice works night shifts at the hospital")])
+    assert [h.record.summary for h in await plain.search("greyhound", alice)] == ["Alice adopted a greyhound named Comet"]
+    assert plain.embedder is None
+    with caplog.at_level(logging.WARNING, logger="memos"):
+        reopened = await MemoryOS.open(db_path, embedder=embedder)
+    assert sum("memos reindex" in r.getMessage() for r in caplog.records) == 1
+    result = runner.invoke(app, ["reindex", str(db_path)])
+    assert result.exit_code == 0 and "re-embedded" in result.output
+    vectors = await MemoryOS.open(db_path, embedder=embedder)
+    [hit] = await vectors.search("pet dog", alice, k=1, types=["semantic"])
+    assert "greyhound" in hit.record.summary and "vector_rank" in hit.parts
+
+
+def test_tokens_count_offline_by_model_name():
+    assert tokenizer_for("openai:gpt-4o").encoding_name == "o200k_base"
+    assert tokenizer_for("gpt-4").encoding_name == "cl100k_base"
+    assert tokenizer_for("ollama:llama3.2").encoding_name == "o200k_base"
+    assert tokenizer_for(None).count("hello world") == 2
+
+
+async def test_ingest_stores_turns_with_actor_time_and_provenance(mem, alice):
+    when = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    episodes = await mem.ingest(alice, [
+        {"speaker": "Caroline", "text": "I went to a support group yesterday.", "dia_id": "D1:1", "timestamp": when},
+        {"role": "assistant", "content": "How was it?", "id": "m2", "timestamp": when + timedelta(minutes=1)},
+    ])
+    assert [(e.actor, e.occurred_at, e.source_ids) for e in episodes] == [("Caroline", when, ["D1:1"]),
+                                                                          ("assistant", when + timedelta(minutes=1), ["m2"])]
+    [hit] = await mem.search("support group", alice, k=1)
+    assert hit.record.source_ids == ["D1:1"] and hit.memory_type == "episodic" and set(hit.parts) >= {"rrf", "recency", "importance"}
+
+
+async def test_oversized_messages_are_refused_clearly(mem, alice, snapshot):
+    before = await snapshot(mem)
+    with pytest.raises(InvalidRecordError, match="limit is 100,000"):
+        await mem.ingest(alice, [{"speaker": "a", "text": "ok"}, {"speaker": "a", "text": "x" * 100_001}])
+    assert await snapshot(mem) == before
+
+
+def test_ingest_cli_jsonl_and_errors(tmp_path, embedder, monkeypatch):
+    monkeypatch.setattr("memos.embeddings._local", embedder)
+    rows = [{"speaker": "Sam", "text": f"note {i} about gardening", "id": f"n{i}"} for i in range(5)]
+    path = tmp_path / "turns.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    out = runner.invoke(app, ["ingest", str(path), "--db", str(tmp_path / "db"), "--user", "sam"])
+    assert out.exit_code == 0 and "stored 5 turns" in out.output
+    mem = MemoryOS.open_sync(tmp_path / "db", embedder=embedder)
+    assert len(mem.list_sync(Scope("sam"), "episodic")) == 5
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"speaker": "Sam", "text": "fine"}\n{not json')
+    out = runner.invoke(app, ["ingest", str(bad), "--db", str(tmp_path / "db"), "--user", "sam"])
+    assert out.exit_code == 2 and "bad.jsonl:2: not valid JSON" in "".join(out.output.split("\n"))
+
+
+async def test_search_packs_to_a_budget_and_vault_hits_show_captions_only(mem, alice):
+    await mem.add(alice, [Fact(subject="Alice", summary=f"Alice visited museum number {i} in Vienna") for i in range(20)])
+    await mem.add(alice, VaultItem(caption="Alice's Vienna museum pass number", secret="PASS-7781-ZZ"))
+    hits = await mem.search("Vienna museum", alice, budget_tokens=60)
+    assert 0 < len(hits) < 21 and sum(h.tokens for h in hits) <= 60
+    vault = [h for h in await mem.search("museum pass", alice, types=["vault"])]
+    assert vault and "PASS-7781" not in vault[0].text + vault[0].record.render() and vault[0].record.secret == ""
+    assert mem.reveal_sync is not None and await mem.reveal(alice, vault[0].id, approved_by="test") == "PASS-7781-ZZ"
+
+
+async def test_procedural_and_resource_round_trip(mem, alice):
+    proc, res = await mem.add(alice, [Procedure(summary="Deploy the site", steps=["build", "upload", "purge cache"]),
+                                      Resource(title="Lease.pdf", content="The lease ends on 30 June 2027.")])
+    assert (await mem.get(alice, "procedural", proc.id)).steps == ["build", "upload", "purge cache"]
+    [hit] = await mem.search("when does the lease end", alice, types=["resource"], k=1)
+    assert hit.id == res.id
