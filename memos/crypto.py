@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .exceptions import MemoryOSError
 
-__all__ = ["ENV_KEY", "VaultCipher", "VaultKeyError", "generate_key", "load_or_create_key"]
+__all__ = ["ENV_KEY", "VaultCipher", "VaultKeyError", "generate_key", "key_id", "load_keys", "load_or_create_key", "pending_key_file", "write_key_file"]
 
 ENV_KEY = "MEMOS_VAULT_KEY"
 _PREFIX = "v1"
@@ -63,6 +63,32 @@ def load_or_create_key(key_file: str | Path) -> bytes:
     return key
 
 
+def pending_key_file(key_file: str | Path) -> Path:
+    """Where a rotation keeps the new key until every secret is re-encrypted under it."""
+    path = Path(key_file)
+    return path.with_name(path.name + ".next")
+
+
+def load_keys(key_file: str | Path) -> tuple[bytes, ...]:
+    """The keys to open the vault with: a pending rotation's new key first, then the current one."""
+    current = load_or_create_key(key_file)
+    pending = pending_key_file(key_file)
+    return (_decode(pending.read_text(), str(pending)), current) if pending.exists() else (current,)
+
+
+def write_key_file(path: str | Path, key: bytes) -> None:
+    """Write a key file atomically with owner-only permissions."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(base64.urlsafe_b64encode(key).decode() + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
 def key_id(key: bytes) -> str:
     """A short public fingerprint of a key (not reversible)."""
     return hashlib.sha256(b"memos-vault-key|" + key).hexdigest()[:12]
@@ -90,6 +116,11 @@ class VaultCipher:
     def is_current(self, token: str) -> bool:
         """Whether `token` was encrypted with the current (first) key."""
         return token.startswith(f"{_PREFIX}:{self.key_id}:")
+
+    def can_decrypt(self, token: str) -> bool:
+        """Whether a key that made `token` is loaded."""
+        parts = token.split(":", 2)
+        return len(parts) == 3 and any(key_id(k) == parts[1] for k in self.keys)
 
     def decrypt(self, token: str, aad: bytes) -> str:
         try:

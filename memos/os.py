@@ -341,11 +341,56 @@ class MemoryOS:
     def cipher(self) -> Any:
         """The vault cipher (the key is loaded, or created, on first use)."""
         if self._cipher is None:
-            from .crypto import VaultCipher, load_or_create_key
+            from .crypto import VaultCipher, load_keys
 
-            key_file = self.vault_key_file or Path.home() / ".config" / "memos" / "vault.key"
-            self._cipher = VaultCipher.from_key(load_or_create_key(key_file))
+            self._cipher = VaultCipher(load_keys(self.key_file))
         return self._cipher
+
+    @property
+    def key_file(self) -> Path:
+        """The vault key file (used when MEMOS_VAULT_KEY is not set)."""
+        return self.vault_key_file or Path.home() / ".config" / "memos" / "vault.key"
+
+    async def rotate_vault_key(self, new_key: bytes | None = None) -> int:
+        """Re-encrypt every vault secret (all users) under a new key; returns the secrets re-encrypted.
+
+        Crash-safe: the new key is written beside the old one first (`<key>.next`, loaded with it),
+        every secret is re-encrypted, then the new key replaces the old. An interrupted rotation
+        is finished by running it again.
+        """
+        import os as _os
+
+        from .crypto import ENV_KEY, VaultCipher, generate_key, load_keys, pending_key_file, write_key_file
+
+        if _os.environ.get(ENV_KEY):
+            raise ConfigError(f"the vault key comes from ${ENV_KEY}; rotate with a key file (unset it), then export the new key")
+        keys = load_keys(self.key_file)
+        pending = pending_key_file(self.key_file)
+        if new_key is None:
+            new_key = keys[0] if pending.exists() else generate_key()
+        write_key_file(pending, new_key)
+        cipher = VaultCipher((new_key, *[k for k in keys if k != new_key]))
+        done = 0
+        for name, record_type in self.types.items():
+            if not record_type.secret_fields:
+                continue
+            table = self.storage.type_table(name)
+            rows = await self.storage.rows(name, None)
+            changed = []
+            for row in rows:
+                record = table.to_record(row)
+                updates = {f: cipher.encrypt(cipher.decrypt(getattr(record, f), self._aad(record)), self._aad(record))
+                           for f in record.secret_fields if getattr(record, f) and not cipher.is_current(getattr(record, f))}
+                if updates:
+                    changed.append(table.to_row(record.model_copy(update=updates), row.get("vector")))
+            for start in range(0, len(changed), 500):
+                await self.storage.upsert_rows(name, changed[start : start + 500])
+            done += len(changed)
+        write_key_file(self.key_file, new_key)
+        pending.unlink(missing_ok=True)
+        self._cipher = VaultCipher((new_key,))
+        await self.storage.purge_old_versions()  # old ciphertexts leave the disk with the old key
+        return done
 
     async def reveal(self, scope: Scope, record_id: str, *, approved_by: str) -> str:
         """Decrypt a vault item's secret. Callers must have obtained approval; it is logged (without the value)."""

@@ -217,7 +217,7 @@ class MemorySession:
 
     @property
     def _state_key(self) -> str:
-        return f"session:{self.scope.user_id}|{self.scope.agent_id}|{self.scope.session_id}"
+        return "session:" + json.dumps([self.scope.user_id, self.scope.agent_id, self.scope.session_id])
 
     async def _save_state(self) -> None:
         state = {"summary": self.summary, "context": [t.id for t in self.context], "evicted": self.evicted_total}

@@ -34,6 +34,10 @@ from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, 
 __all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTable"]
 
 log = logging.getLogger("memos.storage")
+
+READ_CONSISTENCY = timedelta(seconds=1)
+"""How stale a read may be: other processes' commits (a worker's consolidation, another agent)
+become visible within this interval without reopening the store."""
 T = TypeVar("T")
 
 DEFAULT_DIM = 384
@@ -134,7 +138,7 @@ class Storage:
     ) -> Storage:
         """Open (or create) the database at `uri` with a table for each record type."""
         try:
-            conn = await lancedb.connect_async(uri, storage_options=storage_options)
+            conn = await lancedb.connect_async(uri, storage_options=storage_options, read_consistency_interval=READ_CONSISTENCY)
             meta = await conn.create_table(_META, schema=_META_SCHEMA, exist_ok=True)
             history = await conn.create_table(_HISTORY, schema=HISTORY_SCHEMA, exist_ok=True)
         except (OSError, RuntimeError, ValueError) as exc:
@@ -262,7 +266,7 @@ class Storage:
 
     async def purge_old_versions(self, memory_type: str | None = None) -> None:
         """Compact and drop every old version of a table and of history, so removed data is gone from disk."""
-        tables = [self.history] + ([self.tables[memory_type].table] if memory_type else [t.table for t in self.tables.values()])
+        tables = [self.history, self.meta] + ([self.tables[memory_type].table] if memory_type else [t.table for t in self.tables.values()])
         for table in tables:
             with warnings.catch_warnings():
                 # LanceDB warns that a reader still on an old version fails; it retries on the latest
@@ -275,6 +279,18 @@ class Storage:
 
     async def set_meta(self, key: str, value: str) -> None:
         await _write_meta(self.meta, key, value)
+
+    async def delete_meta(self, keys: list[str]) -> None:
+        """Remove meta entries (exact keys, quoted; never a pattern built from input)."""
+        from .scope import sql_string
+
+        for key in keys:
+            await retry_conflicts(lambda key=key: self.meta.delete(f"key = {sql_string(key)}"))
+
+    async def rebuild_text_index(self, memory_type: str) -> None:
+        """Recreate a table's full-text index from its current rows (drops terms of deleted rows)."""
+        table = self.tables[memory_type].table
+        await retry_conflicts(lambda: table.create_index("text", config=FTS(with_position=False), replace=True))
 
     async def get_meta(self) -> dict[str, str]:
         return await _read_meta(self.meta)

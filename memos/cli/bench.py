@@ -35,3 +35,20 @@ def retrieval(
             file, max_questions=max_questions, progress=lambda n, total: progress.update(task, completed=n, total=total)
         ))
     emit_json(report, json_out)
+
+
+@bench_app.command("scale")
+def scale(
+    records: Annotated[int, typer.Option(min=100, help="How many records to insert.")] = 100_000,
+    json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
+    queries: Annotated[int, typer.Option(min=20, help="Searches to time.")] = 200,
+    path: Annotated[Path | None, typer.Option(help="Store directory (default: a temp dir).")] = None,
+) -> None:
+    """Insert N records over the six stores, index, and time searches (query embedding excluded)."""
+    from ..bench.scale import run_scale_bench
+
+    with Progress(console=console) as progress:
+        task = progress.add_task("inserting", total=records)
+        report = run_sync(run_scale_bench(records, path=path, queries=queries,
+                                          progress=lambda n, total: progress.update(task, completed=n)))
+    emit_json(report, json_out)
