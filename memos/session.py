@@ -106,6 +106,7 @@ class MemorySession:
             core=CoreMemory(memory, scope, defaults=core_blocks), retrieval_k=retrieval_k,
         )
         await session._load_state()
+        await session.core.blocks()  # default blocks exist before any tool can touch them
         return session
 
     @property

@@ -35,6 +35,10 @@ __all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTabl
 
 log = logging.getLogger("memos.storage")
 
+COMPACT_EVERY = 200
+"""Commits to a table between automatic compactions."""
+KEEP_VERSIONS = timedelta(minutes=10)
+"""How long automatic compaction keeps old table versions (readers still on one can finish)."""
 READ_CONSISTENCY = timedelta(seconds=1)
 """How stale a read may be: other processes' commits (a worker's consolidation, another agent)
 become visible within this interval without reopening the store."""
@@ -127,6 +131,19 @@ class Storage:
         self.dim = dim
         self.embedder_name = embedder_name
         self.tables: dict[str, TypeTable] = {}
+        self._writes: dict[int, int] = {}
+
+    async def _committed(self, table: Any) -> None:
+        """Count a commit; every `COMPACT_EVERY` commits to a table, compact it and drop old versions.
+
+        Each commit adds a data fragment and a version whose manifest lists every fragment, so an
+        uncompacted table grows quadratically on disk and slows down; this keeps it bounded
+        without waiting for the maintenance job.
+        """
+        key = id(table)
+        self._writes[key] = self._writes.get(key, 0) + 1
+        if self._writes[key] % COMPACT_EVERY == 0:
+            await retry_conflicts(lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
 
     @classmethod
     async def open(
@@ -195,6 +212,7 @@ class Storage:
         if rows:
             table = self.tables[memory_type].table
             await retry_conflicts(lambda: table.add(rows))
+            await self._committed(table)
 
     async def upsert_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
         if rows:
@@ -202,6 +220,7 @@ class Storage:
             await retry_conflicts(
                 lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
             )
+            await self._committed(table)
 
     async def delete_rows(self, memory_type: str, where: str) -> None:
         table = self.tables[memory_type].table
@@ -239,6 +258,7 @@ class Storage:
     async def append_history(self, entries: list[dict[str, Any]]) -> None:
         if entries:
             await retry_conflicts(lambda: self.history.add(entries))
+            await self._committed(self.history)
 
     async def history_rows(self, where: str | None, limit: int | None = None) -> list[HistoryEntry]:
         query = self.history.query()
