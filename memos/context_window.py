@@ -26,6 +26,7 @@ import prompts
 from memtypes import CoreBlock
 
 from .exceptions import BudgetError, ConfigError
+from .packing import render_hits
 from .ranking import Hit
 
 __all__ = [
@@ -187,7 +188,7 @@ def render_system_prompt(
         counts=counts,
         last_reflection=last_reflection.strftime("%Y-%m-%d %H:%M") if last_reflection else None,
         summary=summary,
-        memories=[hit.text or hit.record.render() for hit in memories],
+        memories=[render_hits(memories)] if memories else [],
         notice=notice,
         today=now.strftime("%Y-%m-%d (%A)"),
     )

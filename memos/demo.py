@@ -124,7 +124,7 @@ async def run_demo(
                 clock.now += timedelta(minutes=1)
                 await session.record_turn("assistant", reply, actor=assistant)
             step = DemoStep(session=number, turn=index // 2 + 1, text=text, reply=reply,
-                            paged_in=[h.text or h.record.render() for h in ctx.paged_in], evicted=len(ctx.evicted),
+                            paged_in=[h.record.render() for h in ctx.paged_in], evicted=len(ctx.evicted),
                             tokens=ctx.total_tokens, budget=ctx.budget, sections=ctx.sections,
                             pressure=ctx.pressure_notice is not None)
             result.steps.append(step)
@@ -155,7 +155,7 @@ async def _recall(memory: MemoryOS, scope: Scope, questions: list[dict[str, str]
             lines = [await agent.chat(q["question"])]
         else:
             hits = await memory.search(q["question"], scope, k=3, types=[t for t in memory.type_names if t != "core"])
-            lines = [h.text or h.record.render() for h in hits]
+            lines = [h.record.render() for h in hits]
         found = any(q["expect"].lower() in line.lower() for line in lines)
         answers.append(DemoAnswer(question=q["question"], expect=q["expect"], answer=lines, found=found))
     return answers

@@ -1,8 +1,11 @@
-"""Pure packing: which hits fit a token budget, in rank order.
+"""Pure packing and rendering of search hits within a token budget.
 
-`pack` walks the hits best-first and keeps each one whose rendered text still fits; a hit too
-large for what is left is skipped (a smaller, lower-ranked one may still fit). It never
-exceeds the budget and never reorders.
+Hits render compactly: records that share a heading (episodes of the same day) are listed
+under it once, so a budget is spent on content rather than on repeated dates. `pack` walks
+the hits best-first and keeps each one whose *marginal* cost (its line, plus its heading if
+that heading is new) still fits; a hit too large for what is left is skipped and a smaller,
+lower-ranked one may still fit. `render_hits` produces exactly the text that was paid for,
+and `pack` checks the whole rendering against the budget, so it is never exceeded.
 """
 
 from __future__ import annotations
@@ -14,23 +17,49 @@ from .ranking import Hit
 __all__ = ["pack", "render_hits"]
 
 
+def _heading(group: str) -> str:
+    return f"[{group}]"
+
+
 def pack(hits: Sequence[Hit], budget: int, count_tokens: Callable[[str], int], separator_tokens: int = 1) -> list[Hit]:
-    """The hits that fit in `budget` tokens, in their given order, with `text`/`tokens` set."""
+    """The hits that fit in `budget` tokens when rendered by `render_hits`, in rank order.
+
+    Each kept hit gets `text` (its line) and `tokens` (what adding it cost, heading included).
+    """
     if budget <= 0:
         return []
     kept: list[Hit] = []
+    groups: set[str] = set()
     used = 0
     for hit in hits:
-        if not hit.text:
-            hit.text = hit.record.render()
-        hit.tokens = count_tokens(hit.text)
-        cost = hit.tokens + (separator_tokens if kept else 0)
+        group = hit.record.render_group()
+        line = hit.record.render_line() if group else hit.record.render()
+        cost = count_tokens(line) + (separator_tokens if kept else 0)
+        if group and group not in groups:
+            cost += count_tokens(_heading(group)) + separator_tokens
         if used + cost <= budget:
+            hit.text, hit.tokens = line, cost
             kept.append(hit)
             used += cost
+            if group:
+                groups.add(group)
+    while kept and count_tokens(render_hits(kept)) > budget:  # BPE merges across lines, in theory
+        kept.pop()
     return kept
 
 
 def render_hits(hits: Sequence[Hit]) -> str:
-    """The packed hits as prompt text, one per line."""
-    return "\n".join(hit.text or hit.record.render() for hit in hits)
+    """Packed hits as prompt text: ungrouped records one per line, then each heading (in time
+    order) with its records' lines under it (in time order)."""
+    lines: list[str] = []
+    grouped: dict[str, list[Hit]] = {}
+    for hit in hits:
+        group = hit.record.render_group()
+        if group:
+            grouped.setdefault(group, []).append(hit)
+        else:
+            lines.append(hit.text or hit.record.render())
+    for group, members in sorted(grouped.items(), key=lambda item: min(h.record.event_time() for h in item[1])):
+        lines.append(_heading(group))
+        lines.extend(h.text or h.record.render_line() for h in sorted(members, key=lambda h: h.record.event_time()))
+    return "\n".join(lines)

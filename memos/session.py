@@ -27,6 +27,7 @@ from .context_window import BudgetPolicy, SectionSizes, plan_context, render_sys
 from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreMemory
 from .exceptions import BudgetError, ConfigError
 from .ingest import Message
+from .packing import pack, render_hits
 from .ranking import Hit
 from .paging import ExtractiveSummarizer, Summarizer
 from .scope import Scope, Where
@@ -140,9 +141,6 @@ class MemorySession:
         last_reflection = await self._last_reflection()
         in_context = {t.id for t in self.context}
         hits = [h for h in await self._retrieve(query) if h.id not in in_context]
-        for hit in hits:
-            hit.text = hit.text or hit.record.render()
-            hit.tokens = count(hit.text) + 1
 
         notice_text = prompts.render("pressure.j2", percent=99)
         evicted: list[Episode] = []
@@ -155,7 +153,7 @@ class MemorySession:
                 metadata=12 + 4 * len(counts),
                 summary=count(summary_full),
                 turns=[self._turn_tokens(t) for t in self.context],
-                memories=[h.tokens for h in hits],
+                memories=(),  # memories take what the plan leaves (plan.memory_budget), packed below
                 notice=count(notice_text),
             )
             plan = plan_context(sizes, self.budget)
@@ -169,7 +167,7 @@ class MemorySession:
             turns_share = max(1, int((self.budget.total - sizes.instructions - sizes.core) * self.budget.turns_share))
             notice = prompts.render("pressure.j2", percent=min(99, round(100 * plan.sections["turns"] / turns_share))) \
                 if plan.pressure else None
-            paged = [hits[i] for i in plan.memories]
+            paged = pack(hits, max(0, plan.memory_budget - 4), count)
             system = render_system_prompt(
                 instructions=self.instructions, blocks=blocks, counts=counts if plan.metadata else None,
                 last_reflection=last_reflection, summary=_newest_part(summary_full, plan.summary_tokens, count),
@@ -179,6 +177,7 @@ class MemorySession:
             total = count(system) + turn_tokens
             if total <= self.budget.total:
                 sections = dict(plan.sections)
+                sections["memories"] = count(render_hits(paged)) if paged else 0
                 sections["instructions"] = count(self.instructions)
                 sections["overhead"] = total - sum(sections.values())
                 return CompiledContext(system_prompt=system, recent_turns=list(self.context), sections=sections,

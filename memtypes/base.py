@@ -109,6 +109,16 @@ class MemoryRecord(BaseModel):
         """How this record reads in a prompt. Must not include secret fields."""
         raise NotImplementedError
 
+    def render_group(self) -> str | None:
+        """A heading several records can share when rendered together (e.g. a date), or None.
+
+        Packed search results are grouped under their heading, so it is paid for once."""
+        return None
+
+    def render_line(self) -> str:
+        """The record under its group heading (default: the full `render()`)."""
+        return self.render()
+
     def event_time(self) -> datetime:
         """The time this record is about (its `time_field`)."""
         value = getattr(self, self.time_field)

@@ -30,7 +30,12 @@ class Episode(MemoryRecord):
         return f"{head} {self.details}".strip()
 
     def render(self) -> str:
-        when = f"{self.occurred_at.day} {self.occurred_at:%b %Y}"
+        return f"[{self.render_group()}] {self.render_line()}"
+
+    def render_group(self) -> str:
+        return f"{self.occurred_at.day} {self.occurred_at:%b %Y}"
+
+    def render_line(self) -> str:
         who = f"{self.actor}: " if self.actor else ""
         extra = f" ({self.details})" if self.details else ""
-        return f"[{when}] {who}{self.summary}{extra}"
+        return f"{who}{self.summary}{extra}"

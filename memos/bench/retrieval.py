@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..os import MemoryOS
+from ..packing import render_hits
 from ..scope import Scope
 from ._stats import percentiles
 from .locomo import Conversation, load_locomo
@@ -61,7 +62,7 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
             hits = await mem.search(q.text, Scope(conv.sample_id), budget_tokens=budget)
             latencies.append((time.perf_counter() - t0) * 1000)
             covered = {s for h in hits for s in h.source_ids}
-            tokens[budget].append(sum(h.tokens for h in hits) + max(0, len(hits) - 1))
+            tokens[budget].append(mem.tokenizer.count(render_hits(hits)))  # what the prompt would carry
             all_in = evidence <= covered
             hit_all[budget] += all_in
             hit_any[budget] += bool(evidence & covered)
@@ -79,7 +80,7 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
         "recall_all": {str(b): round(hit_all[b] / total, 3) for b in BUDGETS},
         "recall_any": {str(b): round(hit_any[b] / total, 3) for b in BUDGETS},
         "recall_all_by_category": {str(c): round(v[0] / max(1, v[1]), 3) for c, v in sorted(by_cat.items())},
-        "mean_tokens": {str(b): round(statistics.fmean(tokens[b]), 1) if tokens[b] else 0.0 for b in BUDGETS},
+        "tokens_used": {str(b): round(statistics.fmean(tokens[b]), 1) if tokens[b] else 0.0 for b in BUDGETS},
         "ingest_turns_per_s": round(turns / ingest_s, 1) if ingest_s else 0.0,
         "search_ms": percentiles(latencies),
     }

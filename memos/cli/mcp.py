@@ -1,0 +1,25 @@
+"""`memos mcp`: serve a store's memory over MCP (stdio)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._app import DbOption, UserOption, app, guarded
+
+
+@app.command()
+@guarded
+def mcp(
+    db: DbOption = Path("memos-data"),
+    user: UserOption = "default",
+    agent: Annotated[str | None, typer.Option(help="Agent id of the scope.")] = None,
+    embedder: Annotated[str, typer.Option(help="'local', 'none' (full-text only) or a pydantic-ai embedding model.")] = "local",
+) -> None:
+    """Serve one user's memory to MCP clients over stdio (search, add, core blocks, conversation search)."""
+    from ..mcp_server import serve
+
+    asyncio.run(serve(db, user, agent, embedder=None if embedder == "none" else embedder))

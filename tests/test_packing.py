@@ -1,0 +1,65 @@
+"""Pure packing and rendering of hits within a token budget."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memos.packing import pack, render_hits
+from memos.ranking import Hit
+from memos.tokens import tokenizer_for
+from memtypes import Episode, Fact
+
+count = tokenizer_for("gpt-4o").count
+
+
+def episode(text: str, day: int, month: int = 5, year: int = 2023, actor: str = "Caroline") -> Hit:
+    return Hit("episodic", Episode(summary=text, actor=actor, occurred_at=datetime(year, month, day, 12, tzinfo=UTC)), 1.0)
+
+
+def fact(text: str) -> Hit:
+    return Hit("semantic", Fact(subject="x", summary=text), 1.0)
+
+
+def test_a_shared_date_is_paid_for_once_and_rendered_once():
+    hits = [episode("I went to the lake.", 8), episode("We swam until noon.", 8), episode("Then it rained.", 9)]
+    kept = pack(hits, 200, count)
+    text = render_hits(kept)
+    assert text == "[8 May 2023]\nCaroline: I went to the lake.\nCaroline: We swam until noon.\n[9 May 2023]\nCaroline: Then it rained."
+    assert count(text) <= sum(h.tokens for h in kept)
+    assert kept[1].tokens < kept[0].tokens  # the second hit of a day pays no heading
+
+
+def test_a_hit_bigger_than_the_budget_is_skipped_and_smaller_later_ones_still_fit():
+    big = fact("word " * 300)
+    small = [fact("Alice likes tea."), fact("Bob has a cat.")]
+    kept = pack([small[0], big, small[1]], 40, count)
+    assert [h.record.summary for h in kept] == ["Alice likes tea.", "Bob has a cat."]
+    assert pack([big], 40, count) == []
+
+
+def test_zero_or_negative_budget_keeps_nothing():
+    assert pack([fact("a")], 0, count) == [] and pack([fact("a")], -5, count) == []
+
+
+def test_ties_keep_rank_order_and_never_reorder():
+    hits = [fact(f"fact number {i}") for i in range(10)]
+    kept = pack(hits, 30, count)
+    assert kept == hits[: len(kept)] and 0 < len(kept) < 10
+
+
+def test_dates_across_a_year_end_render_in_time_order():
+    hits = [episode("new year", 1, 1, 2024), episode("eve", 31, 12, 2023), episode("party again", 1, 1, 2024)]
+    text = render_hits(pack(hits, 500, count))
+    assert text.index("[31 Dec 2023]") < text.index("[1 Jan 2024]") and text.count("[1 Jan 2024]") == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=80), st.integers(1, 28), st.booleans()), max_size=25), st.integers(0, 400))
+def test_the_rendering_never_exceeds_the_budget(items, budget):
+    hits = [episode(t, d) if is_episode else fact(t) for t, d, is_episode in items if t.strip()]
+    kept = pack(hits, budget, count)
+    assert count(render_hits(kept)) <= budget
+    assert [h for h in hits if h in kept] == kept
