@@ -1,0 +1,113 @@
+"""The command line: each command's happy path and an error path (typer's CliRunner).
+
+Covered elsewhere: demo and chat (test_demo), ingest and reindex (test_storage), forget and
+vault rotate-key (test_security), jobs / worker / reflect / consolidate / inspect jobs
+(test_scheduler_cli, test_worker), mcp (test_mcp).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from typer.testing import CliRunner
+
+from memos import MemoryOS, Scope
+from memos.cli import app
+from memtypes import Fact
+
+runner = CliRunner()
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_init_then_inspect_stores_core_record_and_context(tmp_path, embedder, monkeypatch):
+    monkeypatch.setattr("memos.embeddings._local", embedder)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    db = str(tmp_path / "db")
+    out = runner.invoke(app, ["init", db, "--user", "sam"])
+    assert out.exit_code == 0 and "core blocks ['persona', 'human']" in flat(out.output)
+    mem = MemoryOS.open_sync(db, embedder=embedder)
+    fact, = mem.add_sync(Scope("sam", "assistant"), Fact(subject="Sam", summary="Sam grows tomatoes"))
+    mem.update_sync(Scope("sam"), "semantic", fact.id, {"details": "cherry tomatoes"})
+    stores = json.loads(runner.invoke(app, ["inspect", "stores", "--db", db, "--json"]).stdout)
+    assert stores["sam"]["semantic"] == 1 and stores["sam"]["core"] == 2
+    core = json.loads(runner.invoke(app, ["inspect", "core", "--db", db, "--user", "sam", "--agent", "assistant", "--json"]).stdout)
+    assert [b["label"] for b in core] == ["persona", "human"] and core[0]["limit"] == 2000
+    record = json.loads(runner.invoke(app, ["inspect", "record", fact.id, "--db", db, "--user", "sam", "--json"]).stdout)
+    assert record["store"] == "semantic" and [h["op"] for h in record["history"]] == ["add", "update"]
+    ctx = runner.invoke(app, ["inspect", "context", "--db", db, "--user", "sam", "--agent", "assistant",
+                              "--message", "what do I grow?", "--budget", "1000", "--json"])
+    report = json.loads(ctx.stdout)
+    assert report["total"] <= 1000 and "Sam grows tomatoes" in report["system_prompt"]
+    assert set(report["sections"]) >= {"instructions", "core", "memories", "turns"}
+    bars = runner.invoke(app, ["inspect", "context", "--db", db, "--user", "sam", "--agent", "assistant", "--message", "hi"])
+    assert bars.exit_code == 0 and "memories" in bars.output and "/ 4000" in bars.output
+
+
+def test_inspect_errors(tmp_path):
+    missing = runner.invoke(app, ["inspect", "stores", "--db", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "no memos store" in flat(missing.output)
+    MemoryOS.open_sync(tmp_path / "db", embedder=None)
+    unknown = runner.invoke(app, ["inspect", "record", "abc123", "--db", str(tmp_path / "db"), "--user", "sam"])
+    assert unknown.exit_code == 2 and "no record 'abc123'" in flat(unknown.output)
+    empty = runner.invoke(app, ["inspect", "context", "--db", str(tmp_path / "db"), "--user", "sam", "--embedder", "none"])
+    assert empty.exit_code == 2 and "no turns yet" in flat(empty.output)
+
+
+def test_search_json_and_a_bad_store(tmp_path, embedder, monkeypatch):
+    monkeypatch.setattr("memos.embeddings._local", embedder)
+    mem = MemoryOS.open_sync(tmp_path / "db", embedder=embedder)
+    mem.add_sync(Scope("sam"), [Fact(subject="Sam", summary="Sam's bike is blue"), Fact(subject="Sam", summary="Sam likes jazz")])
+    out = runner.invoke(app, ["search", "bicycle colour", "--db", str(tmp_path / "db"), "--user", "sam", "--json", "-k", "1"])
+    [hit] = json.loads(out.stdout)
+    assert hit["text"].endswith("Sam's bike is blue") and hit["store"] == "semantic" and "rrf" in hit["parts"]
+    bad = runner.invoke(app, ["search", "x", "--db", str(tmp_path / "db"), "--user", "sam", "--type", "recipes"])
+    assert bad.exit_code == 2 and "unknown memory type 'recipes'" in flat(bad.output)
+
+
+def test_export_import_cli_round_trip(tmp_path, embedder, monkeypatch):
+    monkeypatch.setattr("memos.embeddings._local", embedder)
+    db, other, dump = tmp_path / "db", tmp_path / "other", tmp_path / "sam.jsonl"
+    MemoryOS.open_sync(db, embedder=embedder).add_sync(Scope("sam"), Fact(subject="Sam", summary="Sam speaks Greek"))
+    out = runner.invoke(app, ["export", str(dump), "--db", str(db), "--user", "sam"])
+    assert out.exit_code == 0 and dump.read_text().count('"kind": "record"') == 1
+    out = runner.invoke(app, ["import", str(dump), "--db", str(other), "--user", "samuel", "--json"])
+    assert out.exit_code == 0 and json.loads(out.stdout)["records"] == 1
+    assert [f.summary for f in MemoryOS.open_sync(other, embedder=embedder).list_sync(Scope("samuel"), "semantic")] == ["Sam speaks Greek"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind": "record"}\n')
+    out = runner.invoke(app, ["import", str(bad), "--db", str(other)])
+    assert out.exit_code == 2
+
+
+def test_bench_retrieval_on_a_tiny_locomo_file(tmp_path, embedder, monkeypatch):
+    monkeypatch.setattr("memos.embeddings._local", embedder)
+    start = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    turns = [{"speaker": "A" if i % 2 else "B", "dia_id": f"D1:{i + 1}", "text": t} for i, t in enumerate(
+        ["I adopted a puppy named Miso.", "Cute! What breed?", "A shiba inu.", "I started pottery classes.", "Nice, where?", "At the studio on Elm street."])]
+    data = [{"sample_id": "c1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": turns,
+                                                "session_1_date_time": "1:56 pm on 8 May, 2023"},
+             "qa": [{"question": "What is the puppy's name?", "answer": "Miso", "evidence": ["D1:1"], "category": 4},
+                    {"question": "Where are the pottery classes?", "answer": "Elm street", "evidence": ["D1:4", "D1:6"], "category": 1}]}]
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(data))
+    out = runner.invoke(app, ["bench", "retrieval", str(path), "--json", "-"])
+    report = json.loads(out.stdout)
+    assert report["questions"] == 2 and report["recall_all"]["4000"] == 1.0 and 0 < report["tokens_used"]["500"] <= 500
+    assert set(report) >= {"recall_any", "recall_all_by_category", "ingest_turns_per_s", "search_ms"}
+    assert (start - timedelta(0)).year == 2023
+    missing = runner.invoke(app, ["bench", "retrieval", str(tmp_path / "none.json")])
+    assert missing.exit_code == 2 and "does not exist" in flat(missing.output)
+
+
+def test_bench_scale_small(tmp_path, embedder, monkeypatch):
+    monkeypatch.setattr("memos.embeddings._local", embedder)
+    out = runner.invoke(app, ["bench", "scale", "--records", "300", "--queries", "20", "--path", str(tmp_path / "s"), "--json", "-"])
+    report = json.loads(out.stdout)
+    assert report["records"] == 300 and set(report) >= {"insert_per_s", "search_ms", "embed_ms", "peak_rss_mb"}
+    assert report["search_ms"]["p95"] >= report["search_ms"]["p50"] > 0
+    bad = runner.invoke(app, ["bench", "scale", "--records", "5"])
+    assert bad.exit_code == 2
