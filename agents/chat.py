@@ -94,6 +94,7 @@ class ChatAgent:
         usage_limits: UsageLimits | None = None,
         instructions: str | None = None,
         name: str = "assistant",
+        instrument: Any = None,
     ) -> None:
         self.memory = memory
         self.scope = scope
@@ -107,6 +108,8 @@ class ChatAgent:
         self.usage_limits = usage_limits or UsageLimits(request_limit=8, tool_calls_limit=12)
         self.instructions = instructions
         self.name = name
+        self.instrument = instrument
+        """pydantic-ai instrumentation (True or `InstrumentationSettings`): OpenTelemetry spans for runs and tools."""
         self._session: MemorySession | None = None
         self._agent: Agent[None, str | DeferredToolRequests] | None = None
         self._manager: MemoryManager | None = None
@@ -124,8 +127,10 @@ class ChatAgent:
             deps = MemoryDeps(self._session, actor=self.name)
             self._agent = Agent(self.model, output_type=[str, DeferredToolRequests], toolsets=[memory_toolset(deps)],
                                 name=self.name)
+            if self.instrument is not None:
+                self._agent.instrument = self.instrument
             if self.manager_model is not None:
-                self._manager = MemoryManager(self.memory, self._session.scope, self.manager_model)
+                self._manager = MemoryManager(self.memory, self._session.scope, self.manager_model, instrument=self.instrument)
         return self._session
 
     async def chat(self, text: str, *, approve: Approver | None = None) -> str:

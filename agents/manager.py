@@ -94,12 +94,16 @@ class ManagerReport:
 class MemoryManager:
     """Routes new turns of a scope into the typed stores (see the module docstring)."""
 
-    def __init__(self, memory: MemoryOS, scope: Scope, model: Any, *, related_k: int = 10, max_retries: int = 2) -> None:
+    def __init__(self, memory: MemoryOS, scope: Scope, model: Any, *, related_k: int = 10, max_retries: int = 2,
+                 instrument: Any = None) -> None:
         self.memory = memory
         self.scope = scope
         self.read_scope = Scope(scope.user_id, scope.agent_id)
         self.related_k = related_k
-        self.agent: Agent[None, ManagerPlan] = Agent(model, output_type=ManagerPlan, retries=max_retries, name="memory_manager")
+        self.agent: Agent[None, ManagerPlan] = Agent(model, output_type=ManagerPlan, retries=max_retries,
+                                                          name="memory_manager")
+        if instrument is not None:
+            self.agent.instrument = instrument
         self.agent.output_validator(self._check)
 
     def _stores(self) -> list[type[MemoryRecord]]:

@@ -36,6 +36,7 @@ from .decay import DecayPolicy, apply_decay
 from .exceptions import ConfigError
 from .maintenance import maintain
 from .scope import Scope, Where
+from .telemetry import span
 
 __all__ = [
     "ReflectionPolicy",
@@ -237,19 +238,20 @@ async def run_job(memory: Any, kind: str, scope: Scope, *, model: Any = None, op
     clock_start = time.perf_counter()
     outcome: dict[str, Any] = {"job": kind, "scope": str(scope), "started_at": started.isoformat(), "errors": []}
     await refresh_tables(memory.storage)
-    try:
-        if kind == "reflect":
-            outcome.update(await reflect(memory, scope, model=model, policy=_reflection_policy(opts), force=opts.get("force", False)))
-        elif kind == "consolidate":
-            outcome.update(await consolidate(memory, scope, model=model, similarity=opts.get("similarity", 0.95),
-                                             types=opts.get("types", CONSOLIDATE_TYPES)))
-        elif kind == "decay":
-            outcome.update(await decay(memory, scope, policy=_decay_policy(opts)))
-        else:
-            outcome.update(await maintain_tables(memory, scope, min_rows=opts.get("min_rows")))
-    except Exception as exc:  # recorded in history and logged with its traceback, then reported in the outcome
-        log.exception("job %s for %s failed", kind, scope)
-        outcome["errors"].append(f"{type(exc).__name__}: {exc}")
+    with span("memos.job", job=kind, user_id=scope.user_id):
+        try:
+            if kind == "reflect":
+                outcome.update(await reflect(memory, scope, model=model, policy=_reflection_policy(opts), force=opts.get("force", False)))
+            elif kind == "consolidate":
+                outcome.update(await consolidate(memory, scope, model=model, similarity=opts.get("similarity", 0.95),
+                                                 types=opts.get("types", CONSOLIDATE_TYPES)))
+            elif kind == "decay":
+                outcome.update(await decay(memory, scope, policy=_decay_policy(opts)))
+            else:
+                outcome.update(await maintain_tables(memory, scope, min_rows=opts.get("min_rows")))
+        except Exception as exc:  # recorded in history and logged with its traceback, then reported in the outcome
+            log.exception("job %s for %s failed", kind, scope)
+            outcome["errors"].append(f"{type(exc).__name__}: {exc}")
     outcome["seconds"] = round(time.perf_counter() - clock_start, 3)
     summary = {k: v for k, v in outcome.items() if isinstance(v, int | float | str) and k not in ("scope", "started_at")}
     log.info("job %s for %s: %s", kind, scope, summary)

@@ -25,6 +25,7 @@ from .ranking import Hit, RankingPolicy
 from .retrieval import SearchRequest, search
 from .scope import Scope, Where, validate_record_id
 from .storage import HistoryEntry, Storage, history_row
+from .telemetry import span
 from .tokens import Tokenizer, tokenizer_for
 
 __all__ = ["MemoryOS", "ScopedMemory"]
@@ -134,7 +135,8 @@ class MemoryOS:
             stamped = self._revalidate(record, {**scope.stamp(), "created_at": now, "updated_at": now})
             prepared.setdefault(stamped.memory_type, []).append(self._seal(stamped))
         for name, group in prepared.items():
-            await self._write(name, group, "add", actor, before=None)
+            with span("memos.add", memory_type=name, records=len(group), user_id=scope.user_id, actor=actor):
+                await self._write(name, group, "add", actor, before=None)
         for record in items:
             clear = [getattr(record, f) for f in record.secret_fields if getattr(record, f)]
             if clear and record.source_ids:
@@ -243,7 +245,9 @@ class MemoryOS:
             query=query, scope=scope, types=names, k=k, budget_tokens=budget_tokens, since=since, until=until,
             tags=tags, statuses=_search_statuses(include_inactive, since, until), policy=self.ranking,
         )
-        hits = await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)
+        with span("memos.search", user_id=scope.user_id, stores=len(names), k=k, budget_tokens=budget_tokens) as current:
+            hits = await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)
+            current.set_attribute("hits", len(hits))
         for hit in hits:
             hit.record = self._redact(hit.record)  # ciphertext never leaves the kernel either
         return hits

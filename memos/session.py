@@ -31,6 +31,7 @@ from .packing import pack, render_hits
 from .ranking import Hit
 from .paging import ExtractiveSummarizer, Summarizer
 from .scope import Scope, Where
+from .telemetry import span
 from ._sync import with_sync_methods
 
 if TYPE_CHECKING:
@@ -131,6 +132,14 @@ class MemorySession:
 
     async def compile(self, incoming: str | None = None) -> CompiledContext:
         """Build this step's prompt within the budget (active retrieval + paging + rendering)."""
+        with span("memos.compile", user_id=self.scope.user_id, budget=self.budget.total) as current:
+            ctx = await self._compile(incoming)
+            current.set_attribute("tokens", ctx.total_tokens)
+            current.set_attribute("evicted", len(ctx.evicted))
+            current.set_attribute("paged_in", len(ctx.paged_in))
+        return ctx
+
+    async def _compile(self, incoming: str | None) -> CompiledContext:
         if not self.context:
             raise ConfigError("record the incoming message with record_turn() before compiling a context")
         count = self.memory.tokenizer.count

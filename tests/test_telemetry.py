@@ -1,0 +1,38 @@
+"""OpenTelemetry: memos' own spans and pydantic-ai's instrumentation land in one trace."""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.models.instrumented import InstrumentationSettings
+
+from memos import Scope
+from memos.jobs import run_job
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+
+def model(messages, info):
+    if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+        return ModelResponse(parts=[TextPart("noted")])
+    return ModelResponse(parts=[ToolCallPart("core_memory_append", {"label": "human", "text": "Likes kites"})])
+
+
+async def test_agent_runs_tools_memory_operations_and_jobs_emit_spans(mem):
+    exporter.clear()
+    agent = mem.agent(FunctionModel(model), Scope("alice", "bot", "s1"), instrument=InstrumentationSettings(tracer_provider=provider))
+    assert await agent.chat("I love kites") == "noted"
+    await run_job(mem, "decay", Scope("alice"))
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert {"memos.compile", "memos.search", "memos.add", "memos.job"} <= set(names)
+    assert any("core_memory_append" in n for n in names)  # pydantic-ai's tool span
+    assert any(n.startswith("invoke_agent") or "agent run" in n for n in names)
+    compile_span = next(s for s in exporter.get_finished_spans() if s.name == "memos.compile")
+    assert compile_span.attributes["tokens"] > 0 and "Likes kites" not in str(compile_span.attributes)
