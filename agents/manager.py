@@ -25,7 +25,7 @@ from memtypes import BASE_FIELDS, Episode, MemoryRecord
 
 from .tools import INSERTABLE_FIELDS
 
-__all__ = ["Action", "ManagerPlan", "ManagerReport", "MemoryManager"]
+__all__ = ["Action", "Insert", "ManagerPlan", "ManagerReport", "MemoryManager", "Merge", "Nothing", "Supersede", "Update"]
 
 ACTOR = "memory_manager"
 

@@ -30,9 +30,9 @@ from .packing import render_hits
 from .ranking import Hit
 
 __all__ = [
-    "DROP_ORDER",
     "BudgetPolicy",
     "ContextPlan",
+    "DROP_ORDER",
     "SectionSizes",
     "plan_context",
     "render_system_prompt",

@@ -23,7 +23,7 @@ from .scope import Scope
 if TYPE_CHECKING:
     from .os import MemoryOS
 
-__all__ = ["DEFAULT_BLOCKS", "BlockSpec", "CoreMemory"]
+__all__ = ["BlockSpec", "CoreMemory", "DEFAULT_BLOCKS"]
 
 SHARED_TAG = "shared"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from memtypes import MemoryRecord
 
-__all__ = ["Candidate", "Hit", "RankingPolicy", "fuse"]
+__all__ = ["Candidate", "Hit", "RankingPolicy", "fuse", "rank_rows"]
 
 
 @dataclass(frozen=True)

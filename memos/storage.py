@@ -31,7 +31,7 @@ from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, StoreUnavailableError
 from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, row_from_record
 
-__all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTable"]
+__all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTable", "history_row", "retry_conflicts"]
 
 log = logging.getLogger("memos.storage")
 
