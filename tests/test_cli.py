@@ -111,3 +111,37 @@ def test_bench_scale_small(tmp_path, embedder, monkeypatch):
     assert report["search_ms"]["p95"] >= report["search_ms"]["p50"] > 0
     bad = runner.invoke(app, ["bench", "scale", "--records", "5"])
     assert bad.exit_code == 2
+
+
+def test_ingest_a_text_document_into_resource_memory_and_a_locomo_file(tmp_path, embedder, monkeypatch):
+    monkeypatch.setattr("memos.embeddings._local", embedder)
+    doc = tmp_path / "lease.md"
+    doc.write_text("# Lease\n\nThe flat at 12 Rua Augusta is rented from 1 July 2026.\n\n" + ("Clause text. " * 300)
+                   + "\n\nThe deposit is two months of rent, returned within 30 days.")
+    out = runner.invoke(app, ["ingest", str(doc), "--db", str(tmp_path / "db"), "--user", "sam"])
+    assert out.exit_code == 0 and "resource chunks" in out.output
+    mem = MemoryOS.open_sync(tmp_path / "db", embedder=embedder)
+    chunks = mem.list_sync(Scope("sam"), "resource", limit=None)
+    assert len(chunks) >= 3 and {c.title for c in chunks} == {"lease.md"}
+    assert "".join(c.content for c in chunks).count("Clause text.") == 300  # nothing dropped
+    [hit] = mem.search_sync("how much is the deposit", Scope("sam"), types=["resource"], k=1)
+    assert "deposit is two months" in hit.record.content
+    locomo = tmp_path / "conv.json"
+    locomo.write_text(json.dumps([{"sample_id": "c9", "conversation": {"speaker_a": "A", "speaker_b": "B",
+        "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "I got a kayak."}], "session_1_date_time": "1:56 pm on 8 May, 2023"},
+        "qa": []}]))
+    out = runner.invoke(app, ["ingest", str(locomo), "--db", str(tmp_path / "db"), "--user", "sam"])
+    assert out.exit_code == 0 and "1 conversations, 1 turns" in flat(out.output)
+    [turn] = MemoryOS.open_sync(tmp_path / "db", embedder=embedder).list_sync(Scope("sam"), "episodic")
+    assert turn.source_ids == ["D1:1"] and turn.occurred_at.year == 2023
+    binary = tmp_path / "photo.png"
+    binary.write_bytes(b"\x89PNG\x00\x00binary")
+    out = runner.invoke(app, ["ingest", str(binary), "--db", str(tmp_path / "db")])
+    assert out.exit_code == 2 and "looks binary" in flat(out.output)
+
+
+def test_chat_and_reindex_error_paths(tmp_path):
+    out = runner.invoke(app, ["chat", "--db", str(tmp_path / "db")])
+    assert out.exit_code == 2 and "--model" in out.output
+    out = runner.invoke(app, ["reindex", str(tmp_path / "db"), "--embedder", "none"])
+    assert out.exit_code != 0

@@ -37,19 +37,60 @@ def _read_messages(path: Path) -> list[dict]:
     return data
 
 
+def _is_locomo(path: Path) -> bool:
+    if path.suffix.lower() != ".json":
+        return False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except json.JSONDecodeError:
+        return False
+    return isinstance(data, list) and bool(data) and isinstance(data[0], dict) and "conversation" in data[0]
+
+
+def _ingest_document(path: Path, db: Path, scope: Scope) -> None:
+    from ..documents import resources_from_text
+
+    raw = path.read_bytes()
+    if b"\x00" in raw[:4096]:
+        fail(f"{path} looks binary; convert it to text first (memos stores text documents)")
+    chunks = resources_from_text(path.name, raw.decode("utf-8", errors="replace"), uri=str(path.resolve()))
+    if not chunks:
+        fail(f"{path} is empty")
+    mem = MemoryOS.open_sync(db)
+    with Progress(console=console) as progress:
+        task = progress.add_task(f"ingesting {path.name}", total=len(chunks))
+        for start in range(0, len(chunks), 64):
+            mem.add_sync(scope, chunks[start : start + 64], actor="ingest")
+            progress.advance(task, len(chunks[start : start + 64]))
+    console.print(f"stored {path.name} as {len(chunks)} resource chunks in {db} for scope {scope}")
+
+
 @app.command()
 @guarded
 def ingest(
-    file: Annotated[Path, typer.Argument(help="JSONL (or JSON list) of messages: {speaker|role, text|content, timestamp?, id?}.")],
+    file: Annotated[Path, typer.Argument(help="Messages (.jsonl / .json: {speaker|role, text|content, timestamp?, id?}), a LOCOMO .json, or a text document.")],
     db: DbOption = Path("memos-data"),
     user: UserOption = "default",
     agent: Annotated[str | None, typer.Option(help="Agent id of the scope.")] = None,
     session: Annotated[str | None, typer.Option(help="Session id of the scope.")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Messages per write.")] = 256,
 ) -> None:
-    """Store conversation turns as episodic memories (raw mode, no model)."""
-    rows = _read_messages(file)
+    """Store a file: messages (JSONL / JSON list) or a LOCOMO file as episodic turns, or a text
+    document (.txt, .md, ...) as chunked resource memory. Raw mode: no model."""
     scope = Scope(user, agent, session)
+    if not file.exists():
+        fail(f"{file} does not exist")
+    if file.suffix.lower() not in (".json", ".jsonl"):
+        _ingest_document(file, db, scope)
+        return
+    if _is_locomo(file):
+        from ..bench.locomo import load_locomo
+
+        conversations = load_locomo(file, categories=())
+        rows = [m.model_dump(by_alias=False) for c in conversations for m in c.messages]
+        console.print(f"LOCOMO file: {len(conversations)} conversations, {len(rows)} turns")
+    else:
+        rows = _read_messages(file)
     mem = MemoryOS.open_sync(db)
     with Progress(console=console) as progress:
         task = progress.add_task(f"ingesting {file.name}", total=len(rows))
