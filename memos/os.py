@@ -108,6 +108,11 @@ class MemoryOS:
         """Names of every registered memory type."""
         return list(self.types)
 
+    @property
+    def searchable_types(self) -> list[str]:
+        """The stores a search covers by default: all but core (its blocks are always in the prompt)."""
+        return [name for name in self.types if name != "core"]
+
     def record_type(self, ref: TypeRef) -> type[MemoryRecord]:
         """The record class of a memory type, by name or class."""
         name = ref.memory_type if isinstance(ref, type) and issubclass(ref, MemoryRecord) else ref
@@ -235,12 +240,15 @@ class MemoryOS:
     ) -> list[Hit]:
         """Hybrid search (vector + full-text, fused by rank, weighted by recency and importance).
 
+        `types` defaults to every store but core (core blocks are always in the prompt; name
+        "core" to search them too).
+
         Returns the `k` best hits, or with `budget_tokens` the best hits that fit the budget
         when rendered. Each hit carries its store, score parts and provenance.
         """
         if not isinstance(query, str):
             raise ConfigError(f"query must be a string, got {type(query).__name__}")
-        names = [self.record_type(t).memory_type for t in (types or self.type_names)]
+        names = [self.record_type(t).memory_type for t in (types or self.searchable_types)]
         request = SearchRequest(
             query=query, scope=scope, types=names, k=k, budget_tokens=budget_tokens, since=since, until=until,
             tags=tags, statuses=_search_statuses(include_inactive, since, until), policy=self.ranking,

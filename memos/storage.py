@@ -39,6 +39,8 @@ COMPACT_EVERY = 200
 """Commits to a table between automatic compactions."""
 KEEP_VERSIONS = timedelta(minutes=10)
 """How long automatic compaction keeps old table versions (readers still on one can finish)."""
+CACHE_BYTES = {"index": 256 * 2**20, "metadata": 128 * 2**20}
+"""LanceDB's index and metadata caches, shared by every store a process opens (bounded memory)."""
 READ_CONSISTENCY = timedelta(seconds=1)
 """How stale a read may be: other processes' commits (a worker's consolidation, another agent)
 become visible within this interval without reopening the store."""
@@ -155,7 +157,8 @@ class Storage:
     ) -> Storage:
         """Open (or create) the database at `uri` with a table for each record type."""
         try:
-            conn = await lancedb.connect_async(uri, storage_options=storage_options, read_consistency_interval=READ_CONSISTENCY)
+            conn = await lancedb.connect_async(uri, storage_options=storage_options, read_consistency_interval=READ_CONSISTENCY,
+                                               session=_session())
             meta = await conn.create_table(_META, schema=_META_SCHEMA, exist_ok=True)
             history = await conn.create_table(_HISTORY, schema=HISTORY_SCHEMA, exist_ok=True)
         except (OSError, RuntimeError, ValueError) as exc:
@@ -343,6 +346,16 @@ async def _write_meta(meta: Any, key: str, value: str) -> None:
             [{"key": key, "value": value}]
         )
     )
+
+
+_SESSION: Any = None
+
+
+def _session() -> Any:
+    global _SESSION
+    if _SESSION is None:
+        _SESSION = lancedb.Session(index_cache_size_bytes=CACHE_BYTES["index"], metadata_cache_size_bytes=CACHE_BYTES["metadata"])
+    return _SESSION
 
 
 def _sql_type(data_type: pa.DataType) -> str:
