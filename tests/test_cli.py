@@ -145,3 +145,28 @@ def test_chat_and_reindex_error_paths(tmp_path):
     assert out.exit_code == 2 and "--model" in out.output
     out = runner.invoke(app, ["reindex", str(tmp_path / "db"), "--embedder", "none"])
     assert out.exit_code != 0
+
+
+def test_worker_runs_its_jobs_for_a_while_then_stops(tmp_path):
+    db = str(tmp_path / "db")
+    MemoryOS.open_sync(db, embedder=None).add_sync(Scope("sam"), [Fact(subject="Sam", summary="Sam owns a red kayak")] * 1)
+    added = runner.invoke(app, ["jobs", "add", "consolidate", "--db", db, "--user", "sam", "--every", "1", "--embedder", "none"])
+    assert added.exit_code == 0, added.output
+    out = runner.invoke(app, ["worker", "--db", db, "--embedder", "none", "--duration", "3", "--log-level", "WARNING"])
+    assert out.exit_code == 0 and "worker stopped after" in out.output
+    assert int(flat(out.output).split("worker stopped after ")[1].split()[0]) >= 1
+
+
+def test_error_paths_of_init_export_rotate_reflect_consolidate_and_worker(tmp_path):
+    missing = str(tmp_path / "missing")
+    for args, message in [
+        (["init", str(tmp_path / "db"), "--user", "", "--embedder", "none"], "user_id must not be empty"),
+        (["export", str(tmp_path / "x.jsonl"), "--db", missing, "--user", "sam"], "no memos store"),
+        (["vault", "rotate-key", "--db", missing], "no memos store"),
+        (["reflect", "--db", str(tmp_path / "db"), "--user", "", "--embedder", "none"], "user_id must not be empty"),
+        (["consolidate", "--db", str(tmp_path / "db"), "--user", "bad\x00id", "--embedder", "none"], "control or NUL"),
+        (["worker", "--db", str(tmp_path / "db"), "--embedder", "none", "--jobs-url", "nosuchdb://x", "--duration", "1"], "error"),
+    ]:
+        out = runner.invoke(app, args)
+        assert out.exit_code != 0, args
+        assert message in flat(out.output) or message == "error", (args, out.output)
