@@ -55,34 +55,29 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
     toolset: FunctionToolset[Any] = FunctionToolset(id="memos")
     memory = deps.memory
 
+    async def edit_core(label: str, edit: Any, what: str) -> str:
+        try:
+            block = await edit
+        except MemosError as exc:
+            raise _retry(exc) from None
+        return f"{what}; block {label!r} is now {len(block.value)}/{block.limit} characters"
+
     @toolset.tool_plain
     async def core_memory_append(label: str, text: str) -> str:
         """Append a line to a core memory block (e.g. label "human" for facts about the user)."""
         if not text.strip():
             raise ModelRetry("text is empty; give the line to append")
-        try:
-            block = await deps.core.append(label, text, actor=deps.actor)
-        except MemosError as exc:
-            raise _retry(exc) from None
-        return f"appended; block {label!r} is now {len(block.value)}/{block.limit} characters"
+        return await edit_core(label, deps.core.append(label, text, actor=deps.actor), "appended")
 
     @toolset.tool_plain
     async def core_memory_replace(label: str, old: str, new: str) -> str:
         """Replace exact text in a core memory block (new may be empty to delete the text)."""
-        try:
-            block = await deps.core.replace(label, old, new, actor=deps.actor)
-        except MemosError as exc:
-            raise _retry(exc) from None
-        return f"replaced; block {label!r} is now {len(block.value)}/{block.limit} characters"
+        return await edit_core(label, deps.core.replace(label, old, new, actor=deps.actor), "replaced")
 
     @toolset.tool_plain
     async def core_memory_rethink(label: str, new_value: str) -> str:
         """Rewrite a whole core memory block (to reorganise or condense it)."""
-        try:
-            block = await deps.core.rethink(label, new_value, actor=deps.actor)
-        except MemosError as exc:
-            raise _retry(exc) from None
-        return f"rewritten; block {label!r} is now {len(block.value)}/{block.limit} characters"
+        return await edit_core(label, deps.core.rethink(label, new_value, actor=deps.actor), "rewritten")
 
     @toolset.tool_plain
     async def memory_search(query: str, stores: list[str] | None = None, since: str | None = None,
