@@ -13,7 +13,8 @@ import asyncio
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from .embeddings import TextEmbedder
 from .packing import pack
@@ -60,7 +61,8 @@ async def search(
     vector = await embedder.embed_query(request.query[:MAX_QUERY_CHARS]) if embedder and request.query.strip() else None
     per_list = max(2 * request.k, 20, (request.budget_tokens or 0) // 15)  # enough candidates to fill the budget
     jobs = []
-    for name in request.types:
+    present = await asyncio.gather(*(storage.has_rows(name) for name in request.types))
+    for name in [n for n, has in zip(request.types, present, strict=True) if has]:
         table = storage.type_table(name)
         where = (
             Where(request.scope)
@@ -76,6 +78,8 @@ async def search(
     lists = await asyncio.gather(*jobs)
     candidates: list[Candidate] = [c for lst in lists for c in lst]
     hits = fuse(candidates, request.policy, now)
+    if request.policy.neighbours and "episodic" in request.types:
+        hits = await _with_neighbours(storage, request, hits)
     if request.budget_tokens is not None:
         return pack(hits, request.budget_tokens, count_tokens)
     return hits[: request.k]
@@ -84,3 +88,45 @@ async def search(
 async def _run(rows_coro, memory_type: str, source: str, to_record) -> list[Candidate]:  # type: ignore[no-untyped-def]
     rows = await rows_coro
     return rank_rows(memory_type, rows, source, to_record)
+
+
+async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[Hit]) -> list[Hit]:
+    """Put the turn before and after each of the best turns right behind it (one extra query)."""
+    policy = request.policy
+    count = policy.neighbours if request.budget_tokens is None else min(
+        policy.neighbours * 4, request.budget_tokens // max(1, policy.neighbour_budget_tokens))
+    anchors = [h for h in hits if h.memory_type == "episodic" and getattr(h.record, "event_type", "") == "message"][:count]
+    if not anchors:
+        return hits
+    reach = timedelta(minutes=policy.neighbour_window_minutes)
+    table = storage.type_table("episodic")
+    where = (Where(request.scope).status_in(request.statuses)
+             .any_time_window("occurred_at", [(a.record.event_time() - reach, a.record.event_time() + reach) for a in anchors])
+             .build())
+    rows = await storage.rows("episodic", where, limit=60 * len(anchors), columns=None)
+    nearby = sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))
+    by_session: dict[tuple[str, str, str], list[Any]] = {}
+    for record in nearby:
+        by_session.setdefault((record.user_id, record.agent_id, record.session_id), []).append(record)
+    extra: dict[str, list[Hit]] = {}
+    for anchor in anchors:
+        turns = by_session.get((anchor.record.user_id, anchor.record.agent_id, anchor.record.session_id), [])
+        ids = [t.id for t in turns]
+        if anchor.id not in ids:
+            continue
+        at = ids.index(anchor.id)
+        for record in (turns[at - 1] if at > 0 else None, turns[at + 1] if at + 1 < len(turns) else None):
+            if record is not None:
+                extra.setdefault(anchor.id, []).append(Hit("episodic", record, anchor.score, {"neighbour_of": 1.0}))
+    out: list[Hit] = []
+    seen: set[str] = set()
+    for hit in hits:
+        if hit.id in seen:
+            continue
+        out.append(hit)
+        seen.add(hit.id)
+        for neighbour in extra.get(hit.id, []):
+            if neighbour.id not in seen:
+                out.append(neighbour)
+                seen.add(neighbour.id)
+    return out

@@ -150,6 +150,13 @@ class Where:
             self._parts.append(f"{column} < {_timestamp(until, 'until')}")
         return self
 
+    def any_time_window(self, column: str, windows: list[tuple[datetime, datetime]]) -> Where:
+        """Rows whose `column` falls in any of the [start, end] windows."""
+        if windows:
+            self._parts.append(" OR ".join(
+                f"({column} >= {_timestamp(a, 'window start')} AND {column} <= {_timestamp(b, 'window end')})" for a, b in windows))
+        return self
+
     def raw(self, condition: str) -> Where:
         """A condition written by memos itself (never from input)."""
         self._parts.append(condition)

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import random
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -134,6 +135,8 @@ class Storage:
         self.embedder_name = embedder_name
         self.tables: dict[str, TypeTable] = {}
         self._writes: dict[int, int] = {}
+        self._empty_checked: dict[str, float] = {}  # table -> when it was last seen empty (monotonic)
+        self._nonempty: set[str] = set()
 
     async def _committed(self, table: Any) -> None:
         """Count a commit; every `COMPACT_EVERY` commits to a table, compact it and drop old versions.
@@ -211,10 +214,26 @@ class Storage:
     def type_table(self, memory_type: str) -> TypeTable:
         return self.tables[memory_type]
 
+    async def has_rows(self, memory_type: str) -> bool:
+        """Whether a table has rows. Once seen with rows it is taken to have them (searching a
+        table emptied since is harmless); a table seen empty is re-checked at most once per
+        `READ_CONSISTENCY`, so searches skip empty tables instead of querying them."""
+        if memory_type in self._nonempty:
+            return True
+        seen = self._empty_checked.get(memory_type)
+        if seen is not None and time.monotonic() - seen <= READ_CONSISTENCY.total_seconds():
+            return False
+        if await self.tables[memory_type].table.count_rows() > 0:
+            self._nonempty.add(memory_type)
+            return True
+        self._empty_checked[memory_type] = time.monotonic()
+        return False
+
     async def add_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
         if rows:
             table = self.tables[memory_type].table
             await retry_conflicts(lambda: table.add(rows))
+            self._nonempty.add(memory_type)
             await self._committed(table)
 
     async def upsert_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:

@@ -1,0 +1,52 @@
+"""Retrieval on a small synthetic conversation: neighbours, empty stores, budgets."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from memos import Scope
+from memos.ranking import RankingPolicy
+
+TURNS = ["Where did you go on holiday last summer?", "We rented a cabin near Lake Bled for a week.",
+         "Did you take the dog?", "Yes, Pepper loved swimming in the lake.", "What are you reading now?",
+         "A history of the Silk Road, very slow going.", "How is the new job?", "Busy, I lead the data team now."]
+
+
+async def ingest(mem, scope):
+    start = datetime(2024, 7, 3, 18, 0, tzinfo=UTC)
+    await mem.ingest(scope, [{"speaker": "Ana" if i % 2 == 0 else "Ben", "text": t, "id": f"D1:{i + 1}",
+                              "timestamp": start + timedelta(seconds=30 * i)} for i, t in enumerate(TURNS)])
+
+
+async def test_a_best_turn_brings_its_neighbours_when_the_budget_allows(mem):
+    scope = Scope("u")
+    await ingest(mem, scope)
+    hits = await mem.search("Which dog went swimming?", scope, budget_tokens=1000)
+    ids = [s for h in hits for s in h.source_ids]
+    best = ids.index("D1:4")
+    assert set(ids[best - 1 : best + 2]) >= {"D1:4"} and {"D1:3", "D1:5"} <= set(ids)
+    small = await mem.search("Which dog went swimming?", scope, budget_tokens=100)
+    assert sum(h.tokens for h in small) <= 100 and not any(h.parts.get("neighbour_of") for h in small)
+
+
+async def test_neighbours_can_be_turned_off_and_never_cross_scopes(mem, db_path, embedder, clock):
+    await ingest(mem, Scope("u"))
+    await ingest(mem, Scope("other"))
+    mem.ranking = RankingPolicy(neighbours=0)
+    hits = await mem.search("Which dog went swimming?", Scope("u"), budget_tokens=2000)
+    assert not any(h.parts.get("neighbour_of") for h in hits)
+    mem.ranking = RankingPolicy()
+    hits = await mem.search("Which dog went swimming?", Scope("u"), budget_tokens=2000)
+    assert {h.record.user_id for h in hits} == {"u"} and any(h.parts.get("neighbour_of") for h in hits)
+
+
+async def test_empty_stores_are_skipped_until_they_get_rows(mem):
+    scope = Scope("u")
+    await ingest(mem, scope)
+    assert not await mem.storage.has_rows("semantic")
+    from memtypes import Fact
+
+    await mem.add(scope, Fact(subject="Ana", summary="Ana's dog is called Pepper"))
+    assert await mem.storage.has_rows("semantic")
+    hits = await mem.search("what is the dog called", scope, k=3)
+    assert "semantic" in {h.memory_type for h in hits}
