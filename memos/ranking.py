@@ -31,9 +31,10 @@ class RankingPolicy:
     recency_weight: float = 0.1
     """Multiplier 1 + w * 2^(-age / half_life): recent records get a small lift."""
     recency_half_life_days: float = 30.0
-    neighbours: int = 3
-    """The best this-many conversation turns bring the turn before and after them along (their
-    context: the question a reply answers, the answer a question got); 0 turns it off."""
+    neighbours: int = 8
+    """At most this many of the best conversation turns bring the turn before and after them
+    along (the question a reply answers, the answer a question got) in budgeted searches;
+    0 turns it off."""
     neighbour_budget_tokens: int = 800
     """With a token budget, one best turn brings its neighbours per this many tokens (a small
     budget is better spent on more hits than on context)."""

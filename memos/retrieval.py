@@ -93,8 +93,9 @@ async def _run(rows_coro, memory_type: str, source: str, to_record) -> list[Cand
 async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[Hit]) -> list[Hit]:
     """Put the turn before and after each of the best turns right behind it (one extra query)."""
     policy = request.policy
-    count = policy.neighbours if request.budget_tokens is None else min(
-        policy.neighbours * 4, request.budget_tokens // max(1, policy.neighbour_budget_tokens))
+    if request.budget_tokens is None:  # a top-k search returns k records, not context around them
+        return hits
+    count = min(policy.neighbours, request.budget_tokens // max(1, policy.neighbour_budget_tokens))
     anchors = [h for h in hits if h.memory_type == "episodic" and getattr(h.record, "event_type", "") == "message"][:count]
     if not anchors:
         return hits
