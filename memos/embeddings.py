@@ -33,7 +33,7 @@ class TextEmbedder:
     name: str
     dim: int
     embedder: Any  # pydantic_ai.embeddings.Embedder
-    batch_size: int = 256
+    batch_size: int = 64
 
     async def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Vectors for texts to store (batched)."""

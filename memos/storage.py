@@ -40,7 +40,7 @@ COMPACT_EVERY = 200
 """Commits to a table between automatic compactions."""
 KEEP_VERSIONS = timedelta(minutes=10)
 """How long automatic compaction keeps old table versions (readers still on one can finish)."""
-CACHE_BYTES = {"index": 256 * 2**20, "metadata": 128 * 2**20}
+CACHE_BYTES = {"index": 128 * 2**20, "metadata": 64 * 2**20}
 """LanceDB's index and metadata caches, shared by every store a process opens (bounded memory)."""
 READ_CONSISTENCY = timedelta(seconds=1)
 """How stale a read may be: other processes' commits (a worker's consolidation, another agent)
