@@ -55,6 +55,13 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
     toolset: FunctionToolset[Any] = FunctionToolset(id="memos")
     memory = deps.memory
 
+    async def save(record: Any) -> Any:
+        try:
+            [stored] = await memory.add(deps.write_scope, record, actor=deps.actor)
+        except MemosError as exc:
+            raise _retry(exc) from None
+        return stored
+
     async def edit_core(label: str, edit: Any, what: str) -> str:
         try:
             block = await edit
@@ -127,10 +134,7 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
             record = record_type.model_validate({**fields, "source_ids": deps.provenance()})
         except ValidationError as exc:
             raise ModelRetry(f"invalid fields for {store!r}: {_errors(exc)}") from None
-        try:
-            [stored] = await memory.add(deps.write_scope, record, actor=deps.actor)
-        except MemosError as exc:
-            raise _retry(exc) from None
+        stored = await save(record)
         return f"saved {store} {stored.id}"
 
     @toolset.tool_plain
@@ -146,10 +150,7 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
                              source_ids=deps.provenance())
         except ValidationError as exc:
             raise ModelRetry(f"invalid vault item: {_errors(exc)}") from None
-        try:
-            [stored] = await memory.add(deps.write_scope, item, actor=deps.actor)
-        except MemosError as exc:
-            raise _retry(exc) from None
+        stored = await save(item)
         return f"stored vault item {stored.id} ({entry_type}, {sensitivity}): {caption}"
 
     if reveal:
