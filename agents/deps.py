@@ -21,6 +21,8 @@ class MemoryDeps:
     """Written into history for every change the tools make."""
     approver: str = "user"
     """Recorded in history when a vault reveal is approved."""
+    clearance: str = "high"
+    """The most sensitive vault level this agent may reveal (with approval): low, medium or high."""
 
     @property
     def memory(self) -> MemoryOS:

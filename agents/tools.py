@@ -158,7 +158,7 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
         async def vault_reveal(item_id: str) -> str:
             """Reveal a vault item's secret to the user. Needs the user's approval each time."""
             try:
-                return await memory.reveal(deps.read_scope, item_id, approved_by=deps.approver)
+                return await memory.reveal(deps.read_scope, item_id, approved_by=deps.approver, clearance=deps.clearance)
             except MemosError as exc:
                 raise _retry(exc) from None
 

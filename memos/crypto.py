@@ -21,10 +21,18 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .exceptions import MemoryOSError
 
-__all__ = ["ENV_KEY", "VaultCipher", "VaultKeyError", "generate_key", "key_id", "load_keys", "load_or_create_key", "pending_key_file", "write_key_file"]
+__all__ = ["ENV_KEY", "SENSITIVITY", "VaultAccessError", "VaultCipher", "VaultKeyError", "generate_key", "key_id", "load_keys", "load_or_create_key", "pending_key_file", "write_key_file"]
 
 ENV_KEY = "MEMOS_VAULT_KEY"
 _PREFIX = "v1"
+
+
+SENSITIVITY = {"low": 0, "medium": 1, "high": 2}
+"""Vault sensitivity levels, in order: a caller with clearance C may reveal items up to C."""
+
+
+class VaultAccessError(MemoryOSError):
+    """The caller's clearance is below the vault item's sensitivity."""
 
 
 class VaultKeyError(MemoryOSError):

@@ -13,6 +13,7 @@ The hierarchy has three branches, one per audience::
     │   ├── RecordNotFoundError
     │   ├── BudgetError               a token budget that cannot be met
     │   ├── VaultKeyError             missing, wrong or corrupt vault key (defined in `memos.crypto`)
+    │   ├── VaultAccessError          a reveal above the caller's clearance (defined in `memos.crypto`)
     │   └── CoreMemoryError           an edit of a core block that cannot be made (told to the model verbatim)
     │       ├── UnknownBlockError
     │       ├── BlockLimitError

@@ -404,9 +404,22 @@ class MemoryOS:
         await self.storage.purge_old_versions()  # old ciphertexts leave the disk with the old key
         return done
 
-    async def reveal(self, scope: Scope, record_id: str, *, approved_by: str) -> str:
-        """Decrypt a vault item's secret. Callers must have obtained approval; it is logged (without the value)."""
+    async def reveal(self, scope: Scope, record_id: str, *, approved_by: str, clearance: str = "high") -> str:
+        """Decrypt a vault item's secret. Callers must have obtained approval; it is logged (without the value).
+
+        `clearance` ("low" / "medium" / "high") is the most sensitive level this caller may see:
+        an item above it is refused (`VaultAccessError`) and the refusal is logged too.
+        """
+        from .crypto import SENSITIVITY, VaultAccessError
+
+        if clearance not in SENSITIVITY:
+            raise ConfigError(f"clearance must be one of {list(SENSITIVITY)}, got {clearance!r}")
         record = await self._load(scope, "vault", record_id)
+        level = getattr(record, "sensitivity", "high")
+        if SENSITIVITY[level] > SENSITIVITY[clearance]:
+            await self.storage.append_history([history_row("reveal", record, approved_by, None, None, self.clock(),
+                                                           note=f"refused: {level} item, {clearance} clearance")])
+            raise VaultAccessError(f"vault item {record.id} is {level} sensitivity; this caller's clearance is {clearance}")
         value = self.cipher().decrypt(record.secret, self._aad(record)) if record.secret else ""
         await self.storage.append_history([history_row("reveal", record, approved_by, None, None, self.clock(), note="secret revealed")])
         return value

@@ -125,3 +125,17 @@ async def test_forget_leaves_nothing_of_the_user_anywhere(mem, db_path, clock):
 def test_forget_cli_asks_and_errors(tmp_path):
     out = runner.invoke(app, ["forget", "--user", "alice", "--db", str(tmp_path / "missing")])
     assert out.exit_code == 2 and "no memos store" in out.output
+
+
+async def test_sensitivity_levels_decide_who_may_reveal(mem, alice):
+    from memos.crypto import VaultAccessError
+
+    low, high = await mem.add(alice, [VaultItem(caption="wifi password", secret="wifi-123", sensitivity="low"),
+                                      VaultItem(caption="bank PIN", secret="8812", sensitivity="high")])
+    assert await mem.reveal(alice, low.id, approved_by="guest", clearance="low") == "wifi-123"
+    with pytest.raises(VaultAccessError, match="high sensitivity; this caller's clearance is medium") as info:
+        await mem.reveal(alice, high.id, approved_by="guest", clearance="medium")
+    assert "8812" not in str(info.value)
+    assert await mem.reveal(alice, high.id, approved_by="owner") == "8812"
+    notes = [e.note for e in await mem.history(alice) if e.op == "reveal"]
+    assert notes == ["secret revealed", "refused: high item, medium clearance", "secret revealed"]
