@@ -15,7 +15,7 @@ that reopens the memory resumes the conversation where it was.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
@@ -254,12 +254,11 @@ class MemorySession:
         self.context = await self._load_turns([i for i in state.get("context", []) if isinstance(i, str)])
 
 
-def _newest_part(summary: str, tokens: int, count: object) -> str:
+def _newest_part(summary: str, tokens: int, count: Callable[[str], int]) -> str:
     """The newest lines of `summary` that fit in `tokens` (summaries grow at the end)."""
     if tokens <= 0 or not summary:
         return ""
-    counter = count  # Callable[[str], int]
     lines = summary.splitlines()
-    while lines and counter("\n".join(lines)) > tokens:  # type: ignore[operator]
+    while lines and count("\n".join(lines)) > tokens:
         lines.pop(0)
     return "\n".join(lines)
