@@ -18,6 +18,14 @@ from memos.embeddings import local_embedder  # noqa: E402
 
 pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
 
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+# Property tests explore the same examples on every run, so CI cannot flake on a lucky draw;
+# set HYPOTHESIS_PROFILE=explore locally to search with fresh random examples.
+_hypothesis_settings.register_profile("ci", derandomize=True)
+_hypothesis_settings.register_profile("explore", derandomize=False)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 
 class Clock:
     """A clock tests move by hand."""

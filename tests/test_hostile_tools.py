@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -78,4 +80,5 @@ def test_every_tool_either_works_or_refuses_without_changing_anything(tmp_path_f
     if name in ("memory_search", "conversation_search", "vault_reveal"):
         assert after == before
     if name == "vault_store":
-        assert args["secret"] not in result or args["secret"] in args["caption"] + name
+        shown = re.sub(r"[0-9a-f]{32}", "<id>", result)  # a short secret can occur inside a random id
+        assert args["secret"] not in shown or args["secret"] in args["caption"] + name + "<id>stored vault item credential other low high"
