@@ -138,7 +138,7 @@ def plan_context(sizes: SectionSizes, policy: BudgetPolicy) -> ContextPlan:
     turns = sum(sizes.turns[evict:])
     pressure = turns > policy.warn_at * turns_cap
     notice = sizes.notice if pressure and turns + sizes.notice <= rest else 0
-    pressure = pressure and notice > 0 or (pressure and sizes.notice == 0)
+    pressure = pressure and (notice > 0 or sizes.notice == 0)  # shown only if the notice fits
 
     left = rest - turns - notice
     summary = min(sizes.summary, int(rest * policy.summary_share), left)

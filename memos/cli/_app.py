@@ -12,7 +12,7 @@ from rich.console import Console
 
 from ..exceptions import MemosError
 
-__all__ = ["DbOption", "JsonOption", "UserOption", "app", "console", "emit_json", "fail", "guarded"]
+__all__ = ["DbOption", "JsonOption", "UserOption", "app", "console", "embedder_choice", "emit_json", "fail", "guarded", "open_existing"]
 
 app = typer.Typer(name="memos", help="An operating-system-style memory for long-running LLM agents.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -51,3 +51,17 @@ def guarded(fn: Any) -> Any:
             fail(str(exc))
 
     return wrapper
+
+
+def embedder_choice(value: str) -> str | None:
+    """An --embedder option as MemoryOS.open takes it ("none" means full-text only)."""
+    return None if value.lower() == "none" else value
+
+
+def open_existing(db: Path, *, embedder: str | None = None, vault_key_file: Path | None = None) -> Any:
+    """Open a store that must already exist (a local path is checked; a URI is taken as given)."""
+    from ..os import MemoryOS
+
+    if "://" not in str(db) and not Path(db).exists():
+        fail(f"no memos store at {db} (create one with `memos init {db}`)")
+    return MemoryOS.open_sync(db, embedder=embedder, vault_key_file=vault_key_file)

@@ -14,7 +14,7 @@ from ..core_memory import CoreMemory
 from ..os import MemoryOS
 from ..scope import Scope
 from ..session import MemorySession
-from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded
+from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded, open_existing
 from .jobs import inspect_app
 
 out = Console()
@@ -23,9 +23,7 @@ EmbedderOpt = Annotated[str, typer.Option(help="'local', 'none' or a pydantic-ai
 
 
 def _open(db: Path, embedder: str = "none") -> MemoryOS:
-    if "://" not in str(db) and not Path(db).exists():
-        fail(f"no memos store at {db} (create one with `memos init {db}`)")
-    return MemoryOS.open_sync(db, embedder=None if embedder == "none" else embedder)
+    return open_existing(db, embedder=embedder_choice(embedder))
 
 
 @app.command()
@@ -37,7 +35,7 @@ def init(
     embedder: EmbedderOpt = "local",
 ) -> None:
     """Create a store with its tables, vault key and default core blocks, and say what to do next."""
-    memory = MemoryOS.open_sync(db, embedder=None if embedder == "none" else embedder)
+    memory = MemoryOS.open_sync(db, embedder=embedder_choice(embedder))
     blocks = run_sync(CoreMemory(memory, Scope(user, agent)).blocks())
     memory.cipher()
     console.print(f"created {db}: stores {', '.join(memory.type_names)}; core blocks {[b.label for b in blocks]}; "

@@ -16,7 +16,7 @@ import typer
 from .._sync import run_sync
 from ..scheduler import JOB_KINDS, MemoryScheduler
 from ..scope import Scope
-from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded
+from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded
 
 __all__ = ["inspect_app", "jobs_app", "show_jobs"]
 
@@ -30,15 +30,11 @@ EmbedderOption = Annotated[str, typer.Option(help="'local', 'none' (full-text on
 ModelOption = Annotated[str | None, typer.Option(help="pydantic-ai model for reflection/consolidation (omit: raw mode).")]
 
 
-def _embedder(value: str) -> str | None:
-    return None if value.lower() == "none" else value
-
-
 def _run_now(db: Path, kind: str, scope: Scope, embedder: str, model: str | None, options: dict[str, Any]) -> dict[str, Any]:
     from ..jobs import run_job
     from ..os import MemoryOS
 
-    memory = MemoryOS.open_sync(db, embedder=_embedder(embedder))
+    memory = MemoryOS.open_sync(db, embedder=embedder_choice(embedder))
     return run_sync(run_job(memory, kind, scope, model=model, options=options, actor="cli"))
 
 
@@ -71,7 +67,7 @@ def worker(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
-    result = run_worker(db, embedder=_embedder(embedder), model=model, duration=duration, jobs_url=jobs_url, stop_file=stop_file)
+    result = run_worker(db, embedder=embedder_choice(embedder), model=model, duration=duration, jobs_url=jobs_url, stop_file=stop_file)
     console.print(f"worker stopped after {result['runs']} job runs")
 
 
@@ -117,7 +113,7 @@ def show_jobs(db: PathOption = Path("memos-data"), embedder: EmbedderOption = "n
 
     with MemoryScheduler(db, mode="manual") as scheduler:
         jobs = [j.as_dict() for j in scheduler.jobs()]
-    memory = MemoryOS.open_sync(db, embedder=_embedder(embedder))
+    memory = MemoryOS.open_sync(db, embedder=embedder_choice(embedder))
     runs = run_sync(_all_runs(memory, last))
     if as_json:
         emit_json({"jobs": jobs, "runs": runs})
@@ -170,7 +166,7 @@ def add_job(
         fail(f"unknown job kind {kind!r}; known kinds: {', '.join(JOB_KINDS)}")
     with MemoryScheduler(db, mode="manual") as scheduler:
         info = scheduler.add(kind, Scope(user, agent, session), every=timedelta(seconds=every),
-                             options={"embedder": _embedder(embedder), "model": model})
+                             options={"embedder": embedder_choice(embedder), "model": model})
     console.print(f"scheduled {info.id} every {every:.0f}s, next run {info.next_run_time}")
 
 

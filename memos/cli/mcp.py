@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ._app import DbOption, UserOption, app, guarded
+from ._app import DbOption, UserOption, app, embedder_choice, guarded
 
 
 @app.command()
@@ -22,4 +22,4 @@ def mcp(
     """Serve one user's memory to MCP clients over stdio (search, add, core blocks, conversation search)."""
     from ..mcp_server import serve
 
-    asyncio.run(serve(db, user, agent, embedder=None if embedder == "none" else embedder))
+    asyncio.run(serve(db, user, agent, embedder=embedder_choice(embedder)))

@@ -12,16 +12,14 @@ from ..crypto import _decode
 from ..os import MemoryOS
 from ..portability import export_scope, forget_user, import_lines
 from ..scope import Scope
-from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded
+from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, open_existing
 
 vault_app = typer.Typer(help="Vault key management.", no_args_is_help=True)
 app.add_typer(vault_app, name="vault")
 
 
 def _open(db: Path, key_file: Path | None) -> MemoryOS:
-    if not str(db).startswith(("s3://", "gs://", "az://")) and not Path(db).exists():
-        fail(f"no memos store at {db}")
-    return MemoryOS.open_sync(db, embedder=None, vault_key_file=key_file)
+    return open_existing(db, vault_key_file=key_file)
 
 
 KeyOption = Annotated[Path | None, typer.Option("--key-file", help="Vault key file (default ~/.config/memos/vault.key or $MEMOS_VAULT_KEY).")]
