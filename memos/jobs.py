@@ -92,9 +92,11 @@ def _scope_key(scope: Scope) -> str:
     return ":".join([scope.user_id, scope.agent_id or "*", scope.session_id or "*"])
 
 
-async def reflection_state(memory: Any, scope: Scope) -> dict[str, Any]:
-    """{"last_at": datetime | None, ...} of the scope's last reflection (meta key `reflection:<scope>`)."""
-    raw = (await memory.storage.get_meta()).get(f"reflection:{_scope_key(scope)}")
+async def reflection_state(memory: Any, scope: Scope, meta: dict[str, str] | None = None) -> dict[str, Any]:
+    """{"last_at": datetime | None, ...} of the scope's last reflection (meta key `reflection:<scope>`).
+
+    Pass `meta` (from `storage.get_meta()`) to look up several scopes with one read."""
+    raw = (meta if meta is not None else await memory.storage.get_meta()).get(f"reflection:{_scope_key(scope)}")
     state = json.loads(raw) if raw else {}
     state["last_at"] = datetime.fromisoformat(state["last_at"]) if state.get("last_at") else None
     return state

@@ -218,8 +218,9 @@ class MemorySession:
     async def _last_reflection(self) -> datetime | None:
         from .jobs import reflection_state  # floor 3 reads the scheduler's record of it
 
+        meta = await self.memory.storage.get_meta()
         for scope in (self.scope, self.retrieval_scope, Scope(self.scope.user_id)):
-            state = await reflection_state(self.memory, scope)
+            state = await reflection_state(self.memory, scope, meta)
             if state.get("last_at"):
                 return state["last_at"]
         return None
