@@ -149,7 +149,7 @@ def _similar_pairs(records: list[MemoryRecord], vectors: dict[str, list[float]],
 
 
 def _dup_key(record: MemoryRecord) -> tuple[Any, ...]:
-    text = normalize_text(record.text or record.index_text())
+    text = normalize_text(record.index_text())
     if record.memory_type == "episodic":
         return (getattr(record, "actor", ""), record.event_time(), text)
     return (text,)

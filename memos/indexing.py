@@ -3,8 +3,10 @@
 Brute-force vector search over a scope-filtered table is exact and, below tens of thousands
 of rows, fast enough (LanceDB scans ~100k 384-d rows in ~50 ms here). Past `ANN_MIN_ROWS` a
 table gets an IVF-HNSW index (cosine). Every search still prefilters by scope first, so an
-index never lets one user's query see another's rows. Scalar indexes on the scope columns
-make that prefilter cheap on large tables.
+index never lets one user's query see another's rows. A B-tree on `user_id` makes that
+prefilter an index lookup: without it every query reads the scope columns *and the vectors*
+of the whole table before filtering (measured on the 100k scale store: p50 47 -> 43 ms,
+and ~230 MB less resident memory while searching).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ log = logging.getLogger("memos.indexing")
 
 ANN_MIN_ROWS = 50_000
 """A table with at least this many rows gets an ANN vector index."""
-SCALAR_MIN_ROWS = 10_000
+SCALAR_MIN_ROWS = 1_000
 """A table with at least this many rows gets scalar indexes on its scope columns."""
 _SCOPE_COLUMNS = ("user_id",)
 

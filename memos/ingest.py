@@ -17,7 +17,7 @@ from memtypes import Episode
 from .exceptions import InvalidRecordError
 from .scope import Scope
 
-__all__ = ["MAX_MESSAGE_CHARS", "Message", "episodes_from_messages"]
+__all__ = ["CONTEXT_CHARS", "MAX_MESSAGE_CHARS", "Message", "episodes_from_messages", "turn_context"]
 
 MAX_MESSAGE_CHARS = 100_000
 """A message longer than this is refused (split it, or store it as a resource)."""
@@ -52,11 +52,29 @@ class Message(BaseModel):
         return value.replace("\x00", "")
 
 
+CONTEXT_CHARS = 500
+"""How much of the previous turn a turn keeps as its keyword context (`Episode.context`)."""
+
+
+def turn_context(previous: Episode | Message | None) -> str:
+    """The keyword context a turn gets from the turn before it: who said what (bounded)."""
+    if previous is None:
+        return ""
+    text = previous.text if isinstance(previous, Message) else previous.summary
+    return f"{previous.actor}: {text}"[:CONTEXT_CHARS]
+
+
 def episodes_from_messages(
-    messages: Iterable[Message | dict[str, Any]], scope: Scope, now: datetime
+    messages: Iterable[Message | dict[str, Any]], scope: Scope, now: datetime, *, previous: Episode | None = None
 ) -> list[Episode]:
-    """One `Episode` per message, stamped with the scope, its time and its provenance id."""
-    out = []
+    """One `Episode` per message, stamped with the scope, its time and its provenance id.
+
+    Each turn keeps the turn before it (in this batch, or `previous` for the first) as its
+    keyword `context`: a reply like "Running, every morning!" is then found by the words of
+    the question it answers.
+    """
+    out: list[Episode] = []
+    before: Episode | Message | None = previous
     for index, raw in enumerate(messages):
         try:
             msg = raw if isinstance(raw, Message) else Message.model_validate(raw)
@@ -72,6 +90,7 @@ def episodes_from_messages(
                 event_type="message",
                 summary=msg.text,
                 details=msg.details,
+                context=turn_context(before),
                 importance=msg.importance,
                 tags=msg.tags,
                 source_ids=[msg.id] if msg.id else [],
@@ -79,4 +98,5 @@ def episodes_from_messages(
                 updated_at=now,
             )
         )
+        before = msg
     return out

@@ -7,6 +7,7 @@ before they reach a table and come back redacted; only `reveal` decrypts.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -260,9 +261,12 @@ class MemoryOS:
             hit.record = self._redact(hit.record)  # ciphertext never leaves the kernel either
         return hits
 
-    async def ingest(self, scope: Scope, messages: Iterable[Message | dict[str, Any]], *, actor: str = "ingest") -> list[Episode]:
-        """Store conversation turns as episodic records (raw mode: no model), batched."""
-        episodes = episodes_from_messages(messages, scope, self.clock())
+    async def ingest(self, scope: Scope, messages: Iterable[Message | dict[str, Any]], *, actor: str = "ingest",
+                     previous: Episode | None = None) -> list[Episode]:
+        """Store conversation turns as episodic records (raw mode: no model), batched.
+
+        Each turn is also found by the words of the turn before it (`previous` for the first)."""
+        episodes = episodes_from_messages(messages, scope, self.clock(), previous=previous)
         for start in range(0, len(episodes), 512):
             await self.add(scope, episodes[start : start + 512], actor=actor)
         return episodes
@@ -332,14 +336,14 @@ class MemoryOS:
         return self.storage.type_table(name).to_record(rows[0])
 
     def _seal(self, record: R, fresh: set[str] | None = None) -> R:
-        """Set `text` from index_text() and encrypt secret fields that hold clear text."""
+        """Set `text` from search_text() and encrypt secret fields that hold clear text."""
         secrets = {}
         for field in record.secret_fields:
             value = getattr(record, field)
             if value and (fresh is None or field in fresh):
                 secrets[field] = self.cipher().encrypt(value, self._aad(record))
         sealed = record.model_copy(update=secrets)
-        return sealed.model_copy(update={"text": sealed.index_text()})
+        return sealed.model_copy(update={"text": sealed.search_text()})
 
     def _redact(self, record: R) -> R:
         if not record.secret_fields:
@@ -426,23 +430,33 @@ class MemoryOS:
 
     async def _scrub_sources(self, scope: Scope, item: MemoryRecord, secrets: list[str]) -> None:
         """A secret just stored in the vault leaves the records it came from (e.g. the chat turn
-        that said it): their text, vectors, index entries, history and old table versions."""
+        that said it) and the records that carry it only as keyword context (the turn after it):
+        their text, vectors, index entries, history and old table versions. A record whose own
+        content holds the same string is the user's other data and is left alone."""
         marker = f"[{item.memory_type} item {item.id}]"
+        sources = set(item.source_ids)
         for name, record_type in self.types.items():
             if record_type.secret_fields:
                 continue
-            rows = await self.storage.rows(name, Where(Scope(scope.user_id)).id_in(item.source_ids).build())
+            user = Scope(scope.user_id)
+            indexed = await self.storage.rows(name, Where(user).build(), columns=["id", "text"])
+            holders = sources | {r["id"] for r in indexed if r["text"] and any(x in r["text"] for x in secrets)}
+            if not holders:
+                continue
+            rows = await self.storage.rows(name, Where(user).id_in(sorted(holders)).build())
             table = self.storage.type_table(name)
-            for source in (table.to_record(r) for r in rows):
-                changes = {f: _replace_all(v, secrets, marker) for f, v in source.model_dump().items()
+            for record in (table.to_record(r) for r in rows):
+                if record.id not in sources and any(x in record.index_text() for x in secrets):
+                    continue
+                changes = {f: _replace_all(v, secrets, marker) for f, v in record.model_dump().items()
                            if isinstance(v, str) and f not in _IMMUTABLE and any(x in v for x in secrets)}
                 if not changes:
                     continue
-                owner = Scope(source.user_id, source.agent_id, source.session_id)
-                await self.update(owner, name, source.id, changes, actor="vault")
-                rows = await self.storage.raw_history(Where(owner).eq("record_id", source.id).build())
+                owner = Scope(record.user_id, record.agent_id, record.session_id)
+                await self.update(owner, name, record.id, changes, actor="vault")
+                rows = await self.storage.raw_history(Where(owner).eq("record_id", record.id).build())
                 await self.storage.rewrite_history([
-                    {**r, "before": _replace_all(r["before"], secrets, marker), "after": _replace_all(r["after"], secrets, marker)}
+                    {**r, "before": _replace_in_json(r["before"], secrets, marker), "after": _replace_in_json(r["after"], secrets, marker)}
                     for r in rows])
                 await self.storage.purge_old_versions(name)
 
@@ -454,7 +468,7 @@ class MemoryOS:
         if vectors_from is not None:
             vectors = await self._stored_vectors(name, [vectors_from.id])
         else:
-            vectors = await self._vectors([r.text for r in records])
+            vectors = await self._vectors([r.index_text() for r in records])
         rows = [table.to_row(r, v) for r, v in zip(records, vectors, strict=True)]
         if op == "add":
             await self.storage.add_rows(name, rows)
@@ -487,6 +501,23 @@ def _replace_all(text: str | None, secrets: list[str], marker: str) -> str | Non
     for secret in secrets:
         text = text.replace(secret, marker) if text else text
     return text
+
+
+def _replace_in_json(text: str | None, secrets: list[str], marker: str) -> str | None:
+    """`_replace_all` inside the string values of a JSON document (it stays valid JSON)."""
+    if not text:
+        return text
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return _replace_all(value, secrets, marker)
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return {walk(k): walk(v) for k, v in value.items()}
+        return value
+
+    return json.dumps(walk(json.loads(text)), default=str)
 
 
 def _audit(record: MemoryRecord | None) -> dict[str, Any] | None:

@@ -82,7 +82,7 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
         records = [_rekey(memory, record, original, source) for record, original in pairs]
         table = memory.storage.type_table(name)
         vectors = await memory._vectors([r.index_text() for r in records])
-        await memory.storage.upsert_rows(name, [table.to_row(r.model_copy(update={"text": r.index_text()}), v)
+        await memory.storage.upsert_rows(name, [table.to_row(r.model_copy(update={"text": r.search_text()}), v)
                                                 for r, v in zip(records, vectors, strict=True)])
         counts["records"] += len(records)
     if history:

@@ -9,28 +9,41 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from memtypes import MemoryRecord
+
+from .temporal import TimeWindow
 
 __all__ = ["Candidate", "Hit", "RankingPolicy", "fuse", "rank_rows"]
 
 
 @dataclass(frozen=True)
 class RankingPolicy:
-    """Knobs of the fused score. Defaults are tuned on the LOCOMO dev split (see README)."""
+    """Knobs of the fused score. Defaults are tuned on half of the LOCOMO dev split and checked
+    on the other half (see README)."""
 
-    rrf_k: float = 60.0
-    """Reciprocal-rank-fusion constant: larger flattens the contribution of top ranks."""
-    vector_weight: float = 1.0
+    fusion: Literal["score", "rrf"] = "score"
+    """How the dense and full-text lists combine. "score": a weighted sum of each list's scores
+    scaled to 0-1 (min-max over its candidates; a record missing from a list scores 0 there).
+    "rrf": reciprocal-rank fusion, which ignores how far apart the scores are."""
+    vector_weight: float = 0.5
     """Weight of the dense (embedding) list in the fusion."""
-    text_weight: float = 1.0
+    text_weight: float = 0.5
     """Weight of the full-text (BM25) list in the fusion."""
+    vector_min_spread: float = 0.2
+    """Scaling the vector list never stretches a cosine gap smaller than this to the full 0-1
+    range: among three candidates 0.14, 0.13 and 0.12 apart, the last is not scored 0."""
+    rrf_k: float = 60.0
+    """Reciprocal-rank-fusion constant (fusion="rrf"): larger flattens the top ranks' lead."""
     importance_weight: float = 0.2
     """Multiplier 1 + w * (importance - 0.5): important records rise, trivial ones sink."""
     recency_weight: float = 0.1
     """Multiplier 1 + w * 2^(-age / half_life): recent records get a small lift."""
     recency_half_life_days: float = 30.0
+    time_weight: float = 1.0
+    """Multiplier 1 + w for records inside the time window the query names ("in May 2023",
+    "the week before August 3"; see `memos.temporal`). A boost, never a filter."""
     neighbours: int = 8
     """At most this many of the best conversation turns bring the turn before and after them
     along (the question a reply answers, the answer a question got) in budgeted searches;
@@ -50,6 +63,8 @@ class Candidate:
     record: MemoryRecord
     source: str  # "vector" or "text"
     rank: int
+    score: float = 0.0
+    """The list's own score: cosine similarity (vector) or BM25 (text); higher is better."""
 
 
 @dataclass
@@ -74,28 +89,60 @@ class Hit:
         return list(self.record.source_ids)
 
 
-def fuse(candidates: Sequence[Candidate], policy: RankingPolicy, now: datetime) -> list[Hit]:
-    """Merge candidates by record, score them and return hits best-first (ties by record id)."""
+def fuse(candidates: Sequence[Candidate], policy: RankingPolicy, now: datetime, window: TimeWindow | None = None) -> list[Hit]:
+    """Merge candidates by record, score them and return hits best-first (ties by record id).
+
+    Records whose time falls in `window` (the time the query names) are boosted.
+
+    Each list's scores are scaled to 0-1 before they are weighed: vector similarities over all
+    vector candidates (cosine is comparable across stores), BM25 scores per store (its term
+    statistics are not)."""
     merged: dict[tuple[str, str], Hit] = {}
-    for cand in candidates:
+    scaled = _scaled(candidates, policy.vector_min_spread)
+    for cand, value in zip(candidates, scaled, strict=True):
         key = (cand.memory_type, cand.record.id)
         hit = merged.get(key)
         if hit is None:
-            hit = merged[key] = Hit(cand.memory_type, cand.record, 0.0, {"rrf": 0.0})
+            hit = merged[key] = Hit(cand.memory_type, cand.record, 0.0, {"fused": 0.0})
         weight = policy.vector_weight if cand.source == "vector" else policy.text_weight
-        hit.parts["rrf"] += weight / (policy.rrf_k + cand.rank + 1)
+        part = 1.0 / (policy.rrf_k + cand.rank + 1) if policy.fusion == "rrf" else value
+        hit.parts["fused"] += weight * part
         hit.parts.setdefault(f"{cand.source}_rank", float(cand.rank))
+        hit.parts.setdefault(f"{cand.source}_score", cand.score)
     for hit in merged.values():
         age_days = max(0.0, (now - hit.record.event_time()).total_seconds() / 86400.0)
         recency = math.pow(2.0, -age_days / policy.recency_half_life_days)
         hit.parts["recency"] = recency
         hit.parts["importance"] = hit.record.importance
+        in_window = window is not None and hit.record.event_time() in window
+        if in_window:
+            hit.parts["in_time_window"] = 1.0
         hit.score = (
-            hit.parts["rrf"]
+            hit.parts["fused"]
             * (1.0 + policy.importance_weight * (hit.record.importance - 0.5))
             * (1.0 + policy.recency_weight * recency)
+            * (1.0 + policy.time_weight * in_window)
         )
     return sorted(merged.values(), key=_order)
+
+
+def _scaled(candidates: Sequence[Candidate], vector_min_spread: float = 0.0) -> list[float]:
+    """Each candidate's score min-max scaled within its list (all vector candidates form one
+    list, whose range is at least `vector_min_spread`; text candidates one list per store). A
+    list whose scores are all equal scales to 1."""
+    bounds: dict[tuple[str, str], tuple[float, float]] = {}
+    for cand in candidates:
+        key = ("", "vector") if cand.source == "vector" else (cand.memory_type, cand.source)
+        lo, hi = bounds.get(key, (math.inf, -math.inf))
+        bounds[key] = (min(lo, cand.score), max(hi, cand.score))
+    lo, hi = bounds.get(("", "vector"), (0.0, 0.0))
+    if ("", "vector") in bounds:
+        bounds[("", "vector")] = (min(lo, hi - vector_min_spread), hi)
+    out = []
+    for cand in candidates:
+        lo, hi = bounds[("", "vector") if cand.source == "vector" else (cand.memory_type, cand.source)]
+        out.append((cand.score - lo) / (hi - lo) if hi > lo else 1.0)
+    return out
 
 
 def _order(hit: Hit) -> tuple[float, str]:
@@ -103,5 +150,11 @@ def _order(hit: Hit) -> tuple[float, str]:
 
 
 def rank_rows(memory_type: str, rows: list[dict[str, Any]], source: str, to_record: Any) -> list[Candidate]:
-    """Turn one query's rows (already in rank order) into candidates."""
-    return [Candidate(memory_type, to_record(row), source, rank) for rank, row in enumerate(rows)]
+    """Turn one query's rows (already in rank order) into candidates with their scores."""
+    return [Candidate(memory_type, to_record(row), source, rank, _row_score(row, source)) for rank, row in enumerate(rows)]
+
+
+def _row_score(row: dict[str, Any], source: str) -> float:
+    if source == "vector":
+        return 1.0 - float(row.get("_distance", 1.0))  # cosine distance -> similarity
+    return float(row.get("_score", 0.0))

@@ -29,8 +29,8 @@ async def rebuild_tables(storage: Storage, embedder: TextEmbedder) -> int:
         rows = await storage.rows(name, None)
         records = [old.to_record(r) for r in rows]
         for record in records:
-            record.text = record.index_text()
-        vectors = await embedder.embed_documents([r.text for r in records]) if records else []
+            record.text = record.search_text()
+        vectors = await embedder.embed_documents([r.index_text() for r in records]) if records else []
         new_name = f"{name}_g{generation}"
         table = await storage.conn.create_table(new_name, schema=arrow_schema(old.record_type, embedder.dim), mode="overwrite")
         if records:

@@ -1,8 +1,9 @@
 """Hybrid retrieval across the typed stores: the one search every caller uses.
 
 For each chosen store it runs a vector query and a native full-text query inside the scope
-(and time / tag / status filters), concurrently, then fuses all lists by rank
-(`memos.ranking.fuse`) and, given a budget, packs the best hits into it
+(and time / tag / status filters), concurrently, then fuses all lists by their scaled scores
+(`memos.ranking.fuse`; records in the time window the query names, if any, rise), adds the
+turns around the best conversation turns and, given a budget, packs the best hits into it
 (`memos.packing.pack`). Agents' active retrieval, the memory tools, the CLI and the
 benchmarks all come through `search`.
 """
@@ -21,8 +22,9 @@ from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, fuse, rank_rows
 from .scope import Scope, Where
 from .storage import Storage
+from .temporal import parse_time_window
 
-__all__ = ["SearchRequest", "fts_query", "search"]
+__all__ = ["RowView", "SearchRequest", "fts_query", "search"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_QUERY_CHARS = 4_000
@@ -72,12 +74,26 @@ async def search(
             .build()
         )
         if vector is not None:
-            jobs.append(_run(storage.vector_search(name, vector, where, per_list), name, "vector", table.to_record))
+            jobs.append((name, "vector", storage.vector_search(name, vector, where, per_list)))
         if text:
-            jobs.append(_run(storage.text_search(name, text, where, per_list), name, "text", table.to_record))
-    lists = await asyncio.gather(*jobs)
-    candidates: list[Candidate] = [c for lst in lists for c in lst]
-    hits = fuse(candidates, request.policy, now)
+            jobs.append((name, "text", storage.text_search(name, text, where, per_list)))
+    lists = await asyncio.gather(*(query for _, _, query in jobs))
+    views: dict[tuple[str, str], RowView] = {}  # a row both queries returned is read once
+    candidates: list[Candidate] = []
+    for (name, source, _), rows in zip(jobs, lists, strict=True):
+        time_field = storage.type_table(name).record_type.time_field
+        view = lambda row, name=name, time_field=time_field: views.get((name, row["id"])) or views.setdefault(  # noqa: E731
+            (name, row["id"]), RowView.of(row, time_field))
+        candidates.extend(rank_rows(name, rows, source, view))
+    named = request.since is None and request.until is None and request.policy.time_weight
+    window = parse_time_window(request.query, now) if named else None  # explicit since/until already filter
+    hits = fuse(candidates, request.policy, now, window)
+    # Records are built only for the hits that can be returned: all of them when packing a
+    # budget (packing may reach far down the list), the first k otherwise.
+    hits = hits if request.budget_tokens is not None else hits[: request.k]
+    for hit in hits:
+        if isinstance(hit.record, RowView):
+            hit.record = storage.type_table(hit.memory_type).to_record(hit.record.row)
     if request.policy.neighbours and "episodic" in request.types:
         hits = await _with_neighbours(storage, request, hits)
     if request.budget_tokens is not None:
@@ -85,9 +101,23 @@ async def search(
     return hits[: request.k]
 
 
-async def _run(rows_coro, memory_type: str, source: str, to_record) -> list[Candidate]:  # type: ignore[no-untyped-def]
-    rows = await rows_coro
-    return rank_rows(memory_type, rows, source, to_record)
+@dataclass(slots=True)
+class RowView:
+    """What ranking reads of a stored record (id, importance, time), straight from its row:
+    building the full record is left until a hit is known to be returned."""
+
+    id: str
+    importance: float
+    time: datetime
+    row: dict[str, Any]
+
+    @classmethod
+    def of(cls, row: dict[str, Any], time_field: str) -> RowView:
+        when = row.get(time_field) or row["created_at"]
+        return cls(row["id"], float(row.get("importance", 0.5)), when, row)
+
+    def event_time(self) -> datetime:
+        return self.time
 
 
 async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[Hit]) -> list[Hit]:

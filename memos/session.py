@@ -125,7 +125,9 @@ class MemorySession:
             raise ConfigError(f"role must be 'user' or 'assistant', got {role!r}")
         message = Message(id=message_id, actor=actor or role, text=text, timestamp=occurred_at or self.memory.clock(),
                           importance=importance, tags=[f"{_ROLE_TAG}{role}", "turn"])
-        [episode] = await self.memory.ingest(self.scope, [message], actor=role)
+        # the turn before, as stored now: a tool may have moved a secret out of it since
+        previous = next(iter(await self._load_turns([self.context[-1].id])), None) if self.context else None
+        [episode] = await self.memory.ingest(self.scope, [message], actor=role, previous=previous)
         self.context.append(episode)
         await self._save_state()
         return episode

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import tiktoken
 from tiktoken.model import encoding_name_for_model
@@ -64,6 +65,10 @@ def _encoding_name(model: str | None) -> str:
     return found if found in _BPE_URLS else DEFAULT_ENCODING
 
 
+COUNT_CACHE = 20_000
+"""How many recent short texts' token counts a tokenizer remembers."""
+
+
 @dataclass(frozen=True)
 class Tokenizer:
     """Counts tokens the way the serving model does."""
@@ -71,13 +76,20 @@ class Tokenizer:
     encoding_name: str = DEFAULT_ENCODING
     _encoding: tiktoken.Encoding = field(init=False, repr=False, compare=False)
 
+    _counts: Any = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         ensure_offline_bpe()
-        object.__setattr__(self, "_encoding", tiktoken.get_encoding(self.encoding_name))
+        encoding = tiktoken.get_encoding(self.encoding_name)
+        object.__setattr__(self, "_encoding", encoding)
+        # Search packs the same records' lines again and again: remember recent short texts' counts.
+        object.__setattr__(self, "_counts", lru_cache(maxsize=COUNT_CACHE)(lambda text: len(encoding.encode_ordinary(text))))
 
     def count(self, text: str) -> int:
         """Number of tokens in `text` (special-token text is counted as ordinary text)."""
-        return len(self._encoding.encode_ordinary(text)) if text else 0
+        if not text:
+            return 0
+        return self._counts(text) if len(text) <= 2_000 else len(self._encoding.encode_ordinary(text))
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of `text` that fits in `max_tokens` tokens."""

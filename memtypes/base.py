@@ -1,7 +1,8 @@
 """The base class of every memory type.
 
 A memory type is a pydantic model: its fields are the record schema (the kernel derives the
-LanceDB table from them), `index_text()` says what is embedded and full-text indexed, and
+LanceDB table from them), `index_text()` says what is embedded and full-text indexed
+(`context_text()` may add keywords from the record's surroundings to the full-text index), and
 `render()` says how a record reads in a prompt. Everything else has a default.
 
     class Recipe(MemoryRecord):
@@ -63,7 +64,7 @@ class MemoryRecord(BaseModel):
     user_id: str = Field(default="", description="Owner user (scope).")
     agent_id: str = Field(default="", description="Owning agent (scope); '' when user-wide.")
     session_id: str = Field(default="", description="Session (scope); '' when not session-bound.")
-    text: str = Field(default="", description="What is embedded and full-text indexed; set from index_text().")
+    text: str = Field(default="", description="What is full-text indexed; set from search_text().")
     created_at: datetime = Field(default_factory=utcnow, description="When the record was written.")
     updated_at: datetime = Field(default_factory=utcnow, description="When the record last changed.")
     importance: float = Field(default=0.5, ge=0.0, le=1.0, description="How much the record matters, 0-1.")
@@ -104,6 +105,16 @@ class MemoryRecord(BaseModel):
     def index_text(self) -> str:
         """The text to embed and full-text index. Must not include secret fields."""
         raise NotImplementedError
+
+    def context_text(self) -> str:
+        """Words from the record's surroundings that help find it by keyword (e.g. the turn a
+        reply answers). Full-text indexed only: never embedded, never rendered. Default: none."""
+        return ""
+
+    def search_text(self) -> str:
+        """What the full-text index holds: `index_text()` plus `context_text()`."""
+        context = self.context_text()
+        return f"{self.index_text()} {context}" if context else self.index_text()
 
     def render(self) -> str:
         """How this record reads in a prompt. Must not include secret fields."""

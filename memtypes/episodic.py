@@ -24,10 +24,15 @@ class Episode(MemoryRecord):
     event_type: str = Field(default="event", max_length=64, description="message, action, observation, ...")
     summary: str = Field(default="", description="The event in one line; for a message, its text.")
     details: str = Field(default="", description="Longer description, attachments' captions.")
+    context: str = Field(default="", max_length=2_000,
+                         description="The turn this one follows (what a reply answers): found by keyword, not rendered.")
 
     def index_text(self) -> str:
         head = f"{self.actor}: {self.summary}" if self.actor else self.summary
         return f"{head} {self.details}".strip()
+
+    def context_text(self) -> str:
+        return self.context
 
     def render(self) -> str:
         return f"[{self.render_group()}] {self.render_line()}"

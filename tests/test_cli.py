@@ -63,7 +63,7 @@ def test_search_json_and_a_bad_store(tmp_path, embedder, monkeypatch):
     mem.add_sync(Scope("sam"), [Fact(subject="Sam", summary="Sam's bike is blue"), Fact(subject="Sam", summary="Sam likes jazz")])
     out = runner.invoke(app, ["search", "bicycle colour", "--db", str(tmp_path / "db"), "--user", "sam", "--json", "-k", "1"])
     [hit] = json.loads(out.stdout)
-    assert hit["text"].endswith("Sam's bike is blue") and hit["store"] == "semantic" and "rrf" in hit["parts"]
+    assert hit["text"].endswith("Sam's bike is blue") and hit["store"] == "semantic" and "fused" in hit["parts"]
     bad = runner.invoke(app, ["search", "x", "--db", str(tmp_path / "db"), "--user", "sam", "--type", "recipes"])
     assert bad.exit_code == 2 and "unknown memory type 'recipes'" in flat(bad.output)
 

@@ -175,7 +175,7 @@ async def test_ingest_stores_turns_with_actor_time_and_provenance(mem, alice):
     assert [(e.actor, e.occurred_at, e.source_ids) for e in episodes] == [("Caroline", when, ["D1:1"]),
                                                                           ("assistant", when + timedelta(minutes=1), ["m2"])]
     [hit] = await mem.search("support group", alice, k=1)
-    assert hit.record.source_ids == ["D1:1"] and hit.memory_type == "episodic" and set(hit.parts) >= {"rrf", "recency", "importance"}
+    assert hit.record.source_ids == ["D1:1"] and hit.memory_type == "episodic" and set(hit.parts) >= {"fused", "recency", "importance"}
 
 
 async def test_oversized_messages_are_refused_clearly(mem, alice, snapshot):
@@ -216,3 +216,23 @@ async def test_procedural_and_resource_round_trip(mem, alice):
     assert (await mem.get(alice, "procedural", proc.id)).steps == ["build", "upload", "purge cache"]
     [hit] = await mem.search("when does the lease end", alice, types=["resource"], k=1)
     assert hit.id == res.id
+
+
+async def test_rows_read_back_exactly_as_lancedb_gives_them(mem, alice):
+    from memos.storage import arrow_rows
+
+    await mem.add(alice, [Fact(subject="x", summary="plain"), Fact(subject="y", summary="dated", valid_from=datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC))])
+    table = mem.storage.type_table("semantic").table
+    ours, theirs = arrow_rows(await table.query().to_arrow()), await table.query().to_list()
+    assert ours == theirs and any(r["valid_from"] is None for r in ours)
+    assert arrow_rows((await table.query().where("false").to_arrow())) == []
+
+
+def test_records_rebuilt_from_rows_equal_validated_ones():
+    from memos.schema import json_columns, record_from_row, row_from_record
+
+    for record in (Fact(subject="s", summary="x", tags=["a"], source_ids=["m1"]), Episode(summary="hi", actor="ana", details="pic")):
+        cols = json_columns(type(record))
+        rebuilt = record_from_row(type(record), row_from_record(record, None, cols), cols)
+        assert rebuilt == record and rebuilt.model_fields_set == record.model_fields_set | set(type(record).model_fields)
+        assert rebuilt.model_dump() == record.model_dump() and type(rebuilt).model_validate(rebuilt.model_dump()) == record

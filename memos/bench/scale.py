@@ -2,7 +2,7 @@
 
 N synthetic records (deterministic, varied text) are spread over the six stores and 20 user
 scopes and written through `MemoryOS.add` with the local embedder. The tables are then
-compacted and indexed as the maintenance job would (`memos.indexing`), and random queries
+compacted and indexed by the maintenance job's own function (`memos.maintenance.maintain`), and random queries
 are searched in random scopes through `MemoryOS.search` over every store. Query vectors are
 computed first and served from a cache during the timed searches, so `search_ms` excludes
 the query embedding; `embed_ms` reports that embedding on its own.
@@ -20,8 +20,7 @@ from typing import Any
 from memtypes import CoreBlock, Episode, Fact, MemoryRecord, Procedure, Resource, VaultItem
 
 from ..embeddings import TextEmbedder, local_embedder
-from ..indexing import ensure_indexes
-from ..maintenance import compact_tables
+from ..maintenance import maintain
 from ..os import MemoryOS
 from ..scope import Scope
 from ._stats import peak_rss_mb, percentiles
@@ -100,8 +99,7 @@ async def run_scale_bench(records: int, *, path: str | Path | None = None, queri
     insert_s = time.perf_counter() - started
 
     started = time.perf_counter()
-    await compact_tables(memory.storage)
-    indexes = await ensure_indexes(memory.storage)
+    indexes = (await maintain(memory.storage))["indexes"]  # compaction, index builds, freed heap returned
     index_s = time.perf_counter() - started
 
     rng = random.Random(seed + 1)

@@ -10,6 +10,10 @@ import os
 
 os.environ.setdefault("LANCE_LOG", "error")
 
+from .._malloc import limit_malloc_arenas  # noqa: E402
+
+limit_malloc_arenas()  # before LanceDB or torch start threads (see memos._malloc)
+
 from ._app import app  # noqa: E402
 from . import bench as _bench  # noqa: E402,F401
 from . import demo as _demo  # noqa: E402,F401

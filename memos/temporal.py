@@ -1,0 +1,226 @@
+"""Pure parsing of time expressions in a query into a time window.
+
+"What did Maria donate in December 2023?", "on 7 July, 2023", "last year", "two weeks ago",
+"the week before August 3, 2023": `parse_time_window(query, now)` finds the first such
+expression and returns the window it names (`since` inclusive, `until` exclusive, UTC).
+Search uses it as a boost, never as a filter: records inside the window rise, nothing is
+hidden because a phrase was misread.
+
+Dates without a year ("in May", "on 3 June") mean the most recent such date that is not in the
+future, so "in December" asked on 5 January is last December. Relative expressions are
+relative to `now` (the memory's clock). No I/O, no model.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+__all__ = ["TimeWindow", "parse_time_window"]
+
+_MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
+_MONTHS |= {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
+_MONTHS["sept"] = 9
+_MONTH = r"(?P<month>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?P<year>(?:19|20)\d\d)"
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+            "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "a few": 3, "several": 3}
+_COUNT = r"(?P<count>\d{1,3}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + r")"
+_UNIT = r"(?P<unit>day|week|month|year)s?"
+_SEASONS = {"spring": (3, 3), "summer": (6, 3), "autumn": (9, 3), "fall": (9, 3), "winter": (12, 3)}
+
+DAY_SLACK = timedelta(days=1)
+"""A named day also covers the day before and after (time zones; "that evening")."""
+ANCHOR_REACH = timedelta(days=14)
+""""before X" / "after X" without a length means within this long of X."""
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """A span of time a query refers to: `since` <= t < `until` (UTC)."""
+
+    since: datetime
+    until: datetime
+    phrase: str
+    """The words of the query it was read from."""
+
+    def __contains__(self, when: datetime) -> bool:
+        return self.since <= when < self.until
+
+
+def _pattern(text: str) -> re.Pattern[str]:
+    return re.compile(r"(?<![\w-])" + text + r"(?![\w-])", re.IGNORECASE)
+
+
+# (name, pattern), most specific first: the first pattern that names a valid window wins (the
+# earliest match of it in the query), so "last weekend before April 10, 2023" is read by its date.
+_DAY_MONTH_YEAR = rf"{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}"
+_MONTH_DAY_YEAR = rf"{_MONTH}\s+{_DAY},?\s+{_YEAR}"
+_ISO = r"(?P<year>(?:19|20)\d\d)-(?P<month>[01]\d)-(?P<day>[0-3]\d)"
+_FULL_DATES = [re.compile(p, re.IGNORECASE) for p in (_ISO, _DAY_MONTH_YEAR, _MONTH_DAY_YEAR)]
+
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("anchored", re.compile(rf"(?<![\w-])(?:(?:the\s+)?(?P<span>{_COUNT}\s+{_UNIT}|week(?:end)?|day)\s+)?(?P<dir>before|after)\s+(?:the\s+)?",
+                            re.IGNORECASE)),
+    ("iso", _pattern(_ISO)),
+    ("day_month_year", _pattern(_DAY_MONTH_YEAR)),
+    ("month_day_year", _pattern(_MONTH_DAY_YEAR)),
+    ("day_month", _pattern(rf"{_DAY}\s+(?:of\s+)?{_MONTH}")),
+    ("month_day", _pattern(rf"{_MONTH}\s+{_DAY}")),
+    ("month_year", _pattern(rf"{_MONTH},?\s+(?:of\s+)?{_YEAR}")),
+    ("season_year", _pattern(r"(?P<season>spring|summer|autumn|fall|winter)\s+(?:of\s+)?" + _YEAR)),
+    ("ago", _pattern(rf"{_COUNT}\s+{_UNIT}\s+ago")),
+    ("relative", _pattern(r"(?P<which>last|this|past|previous)\s+(?P<unit>week(?:end)?|month|year)")),
+    ("named_day", _pattern(r"(?P<which>yesterday|today|tonight)")),
+    ("month", _pattern(rf"(?:in|during|since|by|of|early|late|mid)[\s-]+{_MONTH}")),
+    ("year", _pattern(rf"(?:in|during|since|by|of)\s+{_YEAR}")),
+]
+
+
+def parse_time_window(query: str, now: datetime) -> TimeWindow | None:
+    """The time window the first time expression in `query` names, or None."""
+    now = now.astimezone(UTC) if now.tzinfo else now.replace(tzinfo=UTC)
+    found: list[tuple[int, int, str, re.Match[str]]] = []
+    text = query[:2000]
+    for order, (name, pattern) in enumerate(_PATTERNS):
+        for match in pattern.finditer(text):
+            found.append((match.start(), order, name, match))
+    for _, _, name, match in sorted(found, key=lambda f: (f[1], f[0])):
+        if name == "anchored":
+            date = next((m for m in (p.match(text, match.end()) for p in _FULL_DATES) if m), None)
+            window = _anchored(match, date) if date else None
+            phrase = text[match.start() : date.end()] if date else ""
+        else:
+            window, phrase = _window(name, match, now), match.group(0)
+        if window is not None:
+            return TimeWindow(window[0], window[1], phrase)
+    return None
+
+
+def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datetime] | None:
+    g = m.groupdict()
+    try:
+        if name in ("iso", "day_month_year", "month_day_year"):
+            return _day(int(g["year"]), _month(g["month"]), int(g["day"]))
+        if name in ("day_month", "month_day"):
+            month, day = _month(g["month"]), int(g["day"])
+            year = now.year if (month, day) <= (now.month, now.day) else now.year - 1
+            return _day(year, month, day)
+        if name == "month_year":
+            return _month_span(int(g["year"]), _month(g["month"]), 1)
+        if name == "season_year":
+            start, months = _SEASONS[g["season"].lower()]
+            return _month_span(int(g["year"]), start, months)
+        if name == "ago":
+            return _ago(_count(g["count"]), g["unit"].lower(), now)
+        if name == "relative":
+            return _relative(g["which"].lower(), g["unit"].lower(), now)
+        if name == "named_day":
+            today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+            start = today - timedelta(days=1) if g["which"].lower() == "yesterday" else today
+            return start, start + timedelta(days=1)
+        if name == "month":
+            month = _month(g["month"])
+            return _month_span(now.year if month <= now.month else now.year - 1, month, 1)
+        if name == "year":
+            return datetime(int(g["year"]), 1, 1, tzinfo=UTC), datetime(int(g["year"]) + 1, 1, 1, tzinfo=UTC)
+    except ValueError:  # "31 February", "0 May": not a date
+        return None
+    return None
+
+
+def _month(text: str) -> int:
+    return int(text) if text.isdigit() else _MONTHS[text.lower().rstrip(".")]
+
+
+def _count(text: str) -> int:
+    return int(text) if text.isdigit() else _NUMBERS[" ".join(text.lower().split())]
+
+
+def _day(year: int, month: int, day: int) -> tuple[datetime, datetime]:
+    start = datetime(year, month, day, tzinfo=UTC)
+    return start - DAY_SLACK, start + timedelta(days=1) + DAY_SLACK
+
+
+def _month_span(year: int, month: int, months: int) -> tuple[datetime, datetime]:
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end_month = month - 1 + months
+    return start, datetime(year + end_month // 12, end_month % 12 + 1, 1, tzinfo=UTC)
+
+
+def _shift_months(when: datetime, months: int) -> datetime:
+    index = when.year * 12 + when.month - 1 - months
+    year, month = divmod(index, 12)
+    return when.replace(year=year, month=month + 1, day=min(when.day, calendar.monthrange(year, month + 1)[1]))
+
+
+def _ago(count: int, unit: str, now: datetime) -> tuple[datetime, datetime]:
+    """ "3 weeks ago": that week; "4 years ago": that year (a loose reading, it is a boost)."""
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    if unit == "day":
+        start = today - timedelta(days=count)
+        return start, start + timedelta(days=1)
+    if unit == "week":
+        start = today - timedelta(weeks=count)
+        return start - timedelta(days=3), start + timedelta(days=4)
+    if unit == "month":
+        start = _shift_months(today.replace(day=1), count)
+        return start, _shift_months(start, -1)
+    year = now.year - count
+    return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+
+
+def _relative(which: str, unit: str, now: datetime) -> tuple[datetime, datetime]:
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    if unit in ("week", "weekend"):
+        monday = today - timedelta(days=today.weekday())
+        if which == "past":
+            return today - timedelta(days=7), today + timedelta(days=1)
+        start = monday if which == "this" else monday - timedelta(weeks=1)
+        if unit == "weekend":
+            saturday = start + timedelta(days=5)
+            return saturday, saturday + timedelta(days=2)
+        return start, start + timedelta(weeks=1)
+    if unit == "month":
+        first = today.replace(day=1)
+        if which == "past":
+            return today - timedelta(days=31), today + timedelta(days=1)
+        start = first if which == "this" else _shift_months(first, 1)
+        return start, _shift_months(start, -1)
+    if which == "past":
+        return today - timedelta(days=366), today + timedelta(days=1)
+    year = now.year if which == "this" else now.year - 1
+    return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+
+
+def _anchored(match: re.Match[str], date: re.Match[str]) -> tuple[datetime, datetime] | None:
+    """ "the week before August 3, 2023", "two weeks before 11 August 2023", "after 2023-05-01"."""
+    d = date.groupdict()
+    try:
+        start, _ = _day(int(d["year"]), _month(d["month"]), int(d["day"]))
+    except ValueError:
+        return None
+    anchor = start + DAY_SLACK
+    g = match.groupdict()
+    span = (g.get("span") or "").lower()
+    if g.get("count"):
+        reach = _unit_length(g["unit"] or "day") * _count(g["count"] or "1")
+    elif span.startswith("weekend"):
+        reach = timedelta(days=9)  # the last weekend before a date is within 9 days of it
+    elif span.startswith("week"):
+        reach = timedelta(weeks=1)
+    elif span == "day":
+        reach = timedelta(days=1)
+    else:
+        reach = ANCHOR_REACH
+    if (g.get("dir") or "").lower() == "before":
+        return anchor - reach - DAY_SLACK, anchor + DAY_SLACK
+    return anchor, anchor + timedelta(days=1) + reach + DAY_SLACK
+
+
+def _unit_length(unit: str) -> timedelta:
+    return {"day": timedelta(days=1), "week": timedelta(weeks=1), "month": timedelta(days=31)}.get(
+        unit.lower().rstrip("s"), timedelta(days=366))
