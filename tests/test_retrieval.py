@@ -50,3 +50,15 @@ async def test_empty_stores_are_skipped_until_they_get_rows(mem):
     assert await mem.storage.has_rows("semantic")
     hits = await mem.search("what is the dog called", scope, k=3)
     assert "semantic" in {h.memory_type for h in hits}
+
+
+async def test_overlapping_neighbour_windows_bring_each_turn_once(mem):
+    scope = Scope("u")
+    await ingest(mem, scope)
+    # D1:3 and D1:4 both rank high; their windows (2-4 and 3-5) overlap on two turns
+    hits = await mem.search("Did you take the dog? Pepper loved swimming in the lake", scope, budget_tokens=1600)
+    ids = [s for h in hits for s in h.source_ids]
+    assert len(ids) == len(set(ids)) and {"D1:2", "D1:3", "D1:4", "D1:5"} <= set(ids)
+    from memos.packing import render_hits
+
+    assert mem.tokenizer.count(render_hits(hits)) <= 1600 and render_hits(hits).count("Pepper loved swimming") == 1
