@@ -114,7 +114,8 @@ class RowView:
     @classmethod
     def of(cls, row: dict[str, Any], time_field: str) -> RowView:
         when = row.get(time_field) or row["created_at"]
-        return cls(row["id"], float(row.get("importance", 0.5)), when, row)
+        importance = row.get("importance")
+        return cls(row["id"], 0.5 if importance is None else float(importance), when, row)
 
     def event_time(self) -> datetime:
         return self.time
