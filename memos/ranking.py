@@ -132,17 +132,24 @@ def _scaled(candidates: Sequence[Candidate], vector_min_spread: float = 0.0) -> 
     list whose scores are all equal scales to 1."""
     bounds: dict[tuple[str, str], tuple[float, float]] = {}
     for cand in candidates:
-        key = ("", "vector") if cand.source == "vector" else (cand.memory_type, cand.source)
-        lo, hi = bounds.get(key, (math.inf, -math.inf))
-        bounds[key] = (min(lo, cand.score), max(hi, cand.score))
-    lo, hi = bounds.get(("", "vector"), (0.0, 0.0))
-    if ("", "vector") in bounds:
-        bounds[("", "vector")] = (min(lo, hi - vector_min_spread), hi)
+        lo, hi = bounds.get(_list_of(cand), (math.inf, -math.inf))
+        bounds[_list_of(cand)] = (min(lo, cand.score), max(hi, cand.score))
+    if _VECTORS in bounds:
+        lo, hi = bounds[_VECTORS]
+        bounds[_VECTORS] = (min(lo, hi - vector_min_spread), hi)
     out = []
     for cand in candidates:
-        lo, hi = bounds[("", "vector") if cand.source == "vector" else (cand.memory_type, cand.source)]
+        lo, hi = bounds[_list_of(cand)]
         out.append((cand.score - lo) / (hi - lo) if hi > lo else 1.0)
     return out
+
+
+_VECTORS = ("", "vector")
+
+
+def _list_of(cand: Candidate) -> tuple[str, str]:
+    """The list a candidate's score is scaled in: one for all vector hits, one per store's text hits."""
+    return _VECTORS if cand.source == "vector" else (cand.memory_type, cand.source)
 
 
 def _order(hit: Hit) -> tuple[float, str]:

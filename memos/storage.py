@@ -12,6 +12,7 @@ new tables and switch to them in one meta write.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -101,7 +102,7 @@ class TypeTable:
     def name(self) -> str:
         return self.record_type.memory_type
 
-    @property
+    @functools.cached_property
     def result_columns(self) -> list[str]:
         """The columns a search returns: every field but the vector (rows come back without it)."""
         return [name for name in self.record_type.model_fields if name != VECTOR_COLUMN]

@@ -1,8 +1,8 @@
 """Pure parsing of time expressions in a query into a time window.
 
 "What did Maria donate in December 2023?", "on 7 July, 2023", "last year", "two weeks ago",
-"the week before August 3, 2023": `parse_time_window(query, now)` finds the first such
-expression and returns the window it names (`since` inclusive, `until` exclusive, UTC).
+"the week before August 3, 2023": `parse_time_window(query, now)` finds the most specific
+such expression (the earliest of that kind) and returns the window it names (`since` inclusive, `until` exclusive, UTC).
 Search uses it as a boost, never as a filter: records inside the window rise, nothing is
 hidden because a phrase was misread.
 
@@ -81,22 +81,19 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 
 
 def parse_time_window(query: str, now: datetime) -> TimeWindow | None:
-    """The time window the first time expression in `query` names, or None."""
+    """The time window the most specific time expression in `query` names, or None."""
     now = now.astimezone(UTC) if now.tzinfo else now.replace(tzinfo=UTC)
-    found: list[tuple[int, int, str, re.Match[str]]] = []
     text = query[:2000]
-    for order, (name, pattern) in enumerate(_PATTERNS):
+    for name, pattern in _PATTERNS:
         for match in pattern.finditer(text):
-            found.append((match.start(), order, name, match))
-    for _, _, name, match in sorted(found, key=lambda f: (f[1], f[0])):
-        if name == "anchored":
-            date = next((m for m in (p.match(text, match.end()) for p in _FULL_DATES) if m), None)
-            window = _anchored(match, date) if date else None
-            phrase = text[match.start() : date.end()] if date else ""
-        else:
-            window, phrase = _window(name, match, now), match.group(0)
-        if window is not None:
-            return TimeWindow(window[0], window[1], phrase)
+            if name == "anchored":
+                date = next((m for m in (p.match(text, match.end()) for p in _FULL_DATES) if m), None)
+                window = _anchored(match, date) if date else None
+                phrase = text[match.start() : date.end()] if date else ""
+            else:
+                window, phrase = _window(name, match, now), match.group(0)
+            if window is not None:
+                return TimeWindow(window[0], window[1], phrase)
     return None
 
 
@@ -104,7 +101,7 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
     g = m.groupdict()
     try:
         if name in ("iso", "day_month_year", "month_day_year"):
-            return _day(int(g["year"]), _month(g["month"]), int(g["day"]))
+            return _full_date(g)
         if name in ("day_month", "month_day"):
             month, day = _month(g["month"]), int(g["day"])
             year = now.year if (month, day) <= (now.month, now.day) else now.year - 1
@@ -130,6 +127,11 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
     except ValueError:  # "31 February", "0 May": not a date
         return None
     return None
+
+
+def _full_date(g: dict[str, str]) -> tuple[datetime, datetime]:
+    """The window of a date written with day, month and year (ValueError if it is no date)."""
+    return _day(int(g["year"]), _month(g["month"]), int(g["day"]))
 
 
 def _month(text: str) -> int:
@@ -198,9 +200,8 @@ def _relative(which: str, unit: str, now: datetime) -> tuple[datetime, datetime]
 
 def _anchored(match: re.Match[str], date: re.Match[str]) -> tuple[datetime, datetime] | None:
     """ "the week before August 3, 2023", "two weeks before 11 August 2023", "after 2023-05-01"."""
-    d = date.groupdict()
     try:
-        start, _ = _day(int(d["year"]), _month(d["month"]), int(d["day"]))
+        start, _ = _full_date(date.groupdict())
     except ValueError:
         return None
     anchor = start + DAY_SLACK
