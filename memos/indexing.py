@@ -6,14 +6,17 @@ table gets an IVF-HNSW index (cosine). Every search still prefilters by scope fi
 index never lets one user's query see another's rows. A B-tree on `user_id` makes that
 prefilter an index lookup: without it every query reads the scope columns *and the vectors*
 of the whole table before filtering (measured on the 100k scale store: p50 47 -> 43 ms,
-and ~230 MB less resident memory while searching).
+and ~230 MB less resident memory while searching). Bitmaps on `agent_id` and `status` (few
+distinct values) complete it: the whole scope-and-status filter is answered from indexes and
+no query reads those columns row by row (p50 38 -> 34 ms, p95 47 -> 38 ms; a B-tree on
+`agent_id` instead gave 37 / 42 ms).
 """
 
 from __future__ import annotations
 
 import logging
 
-from lancedb.index import BTree, IvfHnswSq
+from lancedb.index import Bitmap, BTree, IvfHnswSq
 
 from .storage import Storage, retry_conflicts
 
@@ -24,8 +27,9 @@ log = logging.getLogger("memos.indexing")
 ANN_MIN_ROWS = 50_000
 """A table with at least this many rows gets an ANN vector index."""
 SCALAR_MIN_ROWS = 1_000
-"""A table with at least this many rows gets scalar indexes on its scope columns."""
-_SCOPE_COLUMNS = ("user_id",)
+"""A table with at least this many rows gets scalar indexes on its scope and status columns."""
+_SCALAR_INDEXES = {"user_id": ("btree", BTree), "agent_id": ("bitmap", Bitmap), "status": ("bitmap", Bitmap)}
+"""The filter columns every search uses, and the kind of index each gets."""
 
 
 def needs_ann_index(rows: int, has_index: bool, *, min_rows: int = ANN_MIN_ROWS, has_vectors: bool = True) -> bool:
@@ -48,10 +52,10 @@ async def ensure_indexes(storage: Storage, *, min_rows: int | None = None) -> di
         rows = await table.count_rows()
         indexed = {tuple(idx.columns) for idx in await table.list_indices()}
         notes = []
-        for column in _SCOPE_COLUMNS:
+        for column, (kind, config) in _SCALAR_INDEXES.items():
             if needs_scalar_index(rows, (column,) in indexed, min_rows=scalar_rows):
-                await retry_conflicts(lambda column=column: table.create_index(column, config=BTree(), replace=True))
-                notes.append(f"btree({column})")
+                await retry_conflicts(lambda column=column, config=config: table.create_index(column, config=config(), replace=True))
+                notes.append(f"{kind}({column})")
         vectors = storage.embedder_name is not None
         if needs_ann_index(rows, ("vector",) in indexed, min_rows=ann_rows, has_vectors=vectors):
             partitions = max(1, min(256, rows // 4096))

@@ -31,6 +31,7 @@ from memtypes import MemoryRecord, new_id
 
 from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, StoreUnavailableError
+from .scope import sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, row_from_record
 
 __all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTable", "arrow_rows", "history_row", "retry_conflicts"]
@@ -287,19 +288,50 @@ class Storage:
     async def count(self, memory_type: str, where: str | None = None) -> int:
         return await self.tables[memory_type].table.count_rows(where)
 
-    async def vector_search(self, memory_type: str, vector: list[float], where: str | None, limit: int) -> list[dict[str, Any]]:
-        typed = self.tables[memory_type]
-        query = typed.table.query().nearest_to(vector).distance_type("cosine").select([*typed.result_columns, "_distance"]).limit(limit)
+    async def vector_search(self, memory_type: str, vector: list[float], where: str | None, limit: int,
+                            columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The `limit` nearest rows in `where` (cosine), best first, with `_distance`. With
+        `columns`, only those are read, plus `_rowid` for `take`; otherwise every field but the vector."""
+        query = self.tables[memory_type].table.query().nearest_to(vector).distance_type("cosine")
+        return await self._ranked(memory_type, query, "_distance", where, limit, columns)
+
+    async def text_search(self, memory_type: str, text: str, where: str | None, limit: int,
+                          columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The `limit` best BM25 matches of `text` in `where`, best first, with `_score`
+        (`columns` as for `vector_search`)."""
+        query = self.tables[memory_type].table.query().nearest_to_text(text, columns="text")
+        return await self._ranked(memory_type, query, "_score", where, limit, columns)
+
+    async def _ranked(self, memory_type: str, query: Any, score: str, where: str | None, limit: int,
+                      columns: Sequence[str] | None) -> list[dict[str, Any]]:
+        query = query.select([*(columns or self.tables[memory_type].result_columns), score]).limit(limit)
+        if columns:
+            query = query.with_row_id()
         if where:
             query = query.where(where)
         return arrow_rows(await query.to_arrow())
 
-    async def text_search(self, memory_type: str, text: str, where: str | None, limit: int) -> list[dict[str, Any]]:
+    async def take(self, memory_type: str, rows: Sequence[dict[str, Any]], where: str | None) -> list[dict[str, Any]]:
+        """Full rows (every field but the vector) for search rows read with `columns`, in order.
+
+        Rows are taken by `_rowid`, the cheapest read there is; a row id is a physical address
+        that a compaction since the search may have moved, so a row that comes back with another
+        id (or none) is read again by its id, still inside `where`. Rows deleted since are left out."""
         typed = self.tables[memory_type]
-        query = typed.table.query().nearest_to_text(text, columns="text").select([*typed.result_columns, "_score"]).limit(limit)
-        if where:
-            query = query.where(where)
-        return arrow_rows(await query.to_arrow())
+        if not rows:
+            return []
+        try:
+            taken = arrow_rows(await typed.table.take_row_ids([r["_rowid"] for r in rows]).select(typed.result_columns).to_arrow())
+        except (OSError, RuntimeError, ValueError) as exc:  # an address gone with a compaction
+            log.debug("take by row id failed on %s (%s); reading by id", memory_type, exc)
+            taken = []
+        by_id = {r["id"]: r for r in taken}
+        missing = [r["id"] for r in rows if r["id"] not in by_id]
+        if missing:
+            ids = "id IN (" + ", ".join(sql_string(i) for i in missing) + ")"
+            for row in await self.rows(memory_type, f"({where}) AND {ids}" if where else ids, columns=typed.result_columns):
+                by_id[row["id"]] = row
+        return [by_id[r["id"]] for r in rows if r["id"] in by_id]
 
     # --- history -------------------------------------------------------------------------
 
@@ -350,8 +382,6 @@ class Storage:
 
     async def delete_meta(self, keys: list[str]) -> None:
         """Remove meta entries (exact keys, quoted; never a pattern built from input)."""
-        from .scope import sql_string
-
         for key in keys:
             await retry_conflicts(lambda key=key: self.meta.delete(f"key = {sql_string(key)}"))
 

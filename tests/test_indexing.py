@@ -18,13 +18,18 @@ async def test_maintenance_indexes_scope_columns_and_vectors_without_changing_re
     for user in ("ann", "ben"):
         await mem.add(Scope(user), [Fact(subject=user, summary=f"{user} fact {i} about gardening tomatoes {i % 7}") for i in range(40)])
     await mem.add(Scope("ann"), Fact(subject="ann", summary="ann keeps bees on the roof"))
-    before = [h.id for h in await mem.search("bees on the roof", Scope("ann"), k=5)]
+    [other_agent] = await mem.add(Scope("ann", "helper"), Fact(subject="ann", summary="ann keeps bees on the roof, says the helper"))
+    [archived] = await mem.add(Scope("ann"), Fact(subject="ann", summary="ann kept bees on the roof once"))
+    await mem.archive(Scope("ann"), "semantic", archived.id)
+    before = [h.id for h in await mem.search("bees on the roof", Scope("ann", ""), k=5)]
     report = await maintain(mem.storage, min_rows=30)
-    assert report["indexes"]["semantic"].startswith("btree(user_id), ivf_hnsw_sq")
+    assert report["indexes"]["semantic"].startswith("btree(user_id), bitmap(agent_id), bitmap(status), ivf_hnsw_sq")
     indexes = {tuple(i.columns): i.index_type for i in await mem.storage.type_table("semantic").table.list_indices()}
-    assert indexes[("user_id",)] == "BTree" and ("vector",) in indexes
-    after = await mem.search("bees on the roof", Scope("ann"), k=5)
+    assert indexes[("user_id",)] == "BTree" and indexes[("agent_id",)] == indexes[("status",)] == "Bitmap" and ("vector",) in indexes
+    after = await mem.search("bees on the roof", Scope("ann", ""), k=5)
     assert after[0].id == before[0] and {h.record.user_id for h in after} == {"ann"}
+    assert {other_agent.id, archived.id}.isdisjoint(h.id for h in after)  # agent and status still filter
+    assert other_agent.id in {h.id for h in await mem.search("bees on the roof", Scope("ann", "helper"), k=5)}
     assert {h.record.user_id for h in await mem.search("gardening tomatoes", Scope("ben"), k=50)} == {"ben"}
     again = await maintain(mem.storage, min_rows=30)  # idempotent: nothing rebuilt
     assert again["indexes"]["semantic"].endswith("indexes present")

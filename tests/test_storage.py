@@ -236,3 +236,27 @@ def test_records_rebuilt_from_rows_equal_validated_ones():
         rebuilt = record_from_row(type(record), row_from_record(record, None, cols), cols)
         assert rebuilt == record and rebuilt.model_fields_set == record.model_fields_set | set(type(record).model_fields)
         assert rebuilt.model_dump() == record.model_dump() and type(rebuilt).model_validate(rebuilt.model_dump()) == record
+
+
+async def test_a_top_k_search_takes_its_winners_rows_even_after_a_compaction_moved_them(mem, alice, bob, embedder):
+    """Top-k candidates are read lean (ranking columns and the row address); the winners' full
+    rows are taken afterwards. A compaction in between moves rows to new addresses: the take
+    then reads them by id, inside the scope, and leaves out a winner deleted meanwhile."""
+    from memos.scope import Where
+
+    facts = await mem.add(alice, [Fact(subject="Alice", summary=f"Alice note {i} about sailing boats") for i in range(12)])
+    await mem.add(bob, [Fact(subject="Bob", summary=f"Bob note {i} about sailing boats") for i in range(12)])
+    storage, where = mem.storage, Where(alice).status_in(("active",)).build()
+    lean = await storage.vector_search("semantic", await embedder.embed_query("sailing boats"), where, 6, ["id", "importance", "created_at"])
+    assert len(lean) == 6 and {"text", "summary"}.isdisjoint(lean[0]) and "_rowid" in lean[0]
+    gone = lean[1]["id"]
+    await mem.delete(alice, "semantic", gone)
+    await mem.delete(alice, "semantic", next(f.id for f in facts if f.id not in {r["id"] for r in lean}))
+    await storage.purge_old_versions("semantic")  # compaction: rows after a deleted one move
+    at_old_addresses = await storage.type_table("semantic").table.take_row_ids([r["_rowid"] for r in lean]).select(["id"]).to_arrow()
+    assert at_old_addresses["id"].to_pylist() != [r["id"] for r in lean]  # the rows have moved
+    taken = await storage.take("semantic", lean, where)
+    assert [r["id"] for r in taken] == [r["id"] for r in lean if r["id"] != gone]
+    assert all(r["user_id"] == "alice" and r["summary"].startswith("Alice note") for r in taken)
+    hits = await mem.search("sailing boats", alice, k=5)
+    assert len(hits) == 5 and all(h.record.summary.startswith("Alice note") and h.record.text for h in hits)
