@@ -407,7 +407,8 @@ def arrow_rows(table: pa.Table) -> list[dict[str, Any]]:
     columns = []
     for column in table.columns:
         if pa.types.is_timestamp(column.type) and column.type.unit == "us" and column.type.tz in ("UTC", "+00:00"):
-            columns.append([None if us is None else _EPOCH + timedelta(microseconds=us) for us in column.cast(pa.int64()).to_pylist()])
+            micros = [us for chunk in column.chunks for us in chunk.view(pa.int64()).to_pylist()]  # a view: no cast kernel
+            columns.append([None if us is None else _EPOCH + timedelta(microseconds=us) for us in micros])
         else:
             columns.append(column.to_pylist())
     return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
