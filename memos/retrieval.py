@@ -78,7 +78,7 @@ async def search(
             .tags_any(request.tags)
             .build()
         )
-        columns = _ranking_columns(table.record_type.time_field) if lean else None
+        columns = RowView.columns(table.record_type.time_field) if lean else None
         wheres[name] = where
         if vector is not None:
             jobs.append((name, "vector", storage.vector_search(name, vector, where, per_list, columns)))
@@ -108,11 +108,6 @@ async def search(
     return hits[: request.k]
 
 
-def _ranking_columns(time_field: str) -> list[str]:
-    """What `RowView` reads of a candidate."""
-    return list(dict.fromkeys(["id", "importance", time_field, "created_at"]))
-
-
 async def _taken(storage: Storage, hits: list[Hit], wheres: dict[str, str | None]) -> list[Hit]:
     """The hits with their full rows read (one read per store, concurrently); a hit whose
     record was deleted since the search is dropped."""
@@ -138,6 +133,11 @@ class RowView:
     importance: float
     time: datetime
     row: dict[str, Any]
+
+    @staticmethod
+    def columns(time_field: str) -> list[str]:
+        """The columns `of` reads: all a lean search needs of a candidate."""
+        return list(dict.fromkeys(["id", "importance", time_field, "created_at"]))
 
     @classmethod
     def of(cls, row: dict[str, Any], time_field: str) -> RowView:
