@@ -5,7 +5,7 @@
     agent = Agent("openai:gpt-4o", capabilities=[memos])
 
 Each run then sees the core blocks and the memories recalled for its prompt (as dynamic
-instructions), and can call the memory tools (`agents.tools`). With `record_turns=True`
+instructions), and can call the memory tools (`memos.agents.tools`). With `record_turns=True`
 (default) each prompt is also written to the recall log, so conversation search finds it.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import Capability
 
-import prompts
-from memos.os import MemoryOS
+from memos import prompts
+from memos.memory import MemoryOS
 from memos.scope import Scope
 from memos.session import MemorySession
 

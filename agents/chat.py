@@ -27,11 +27,11 @@ from pydantic_ai.usage import UsageLimits
 
 from memos._sync import with_sync_methods
 from memos.context_window import BudgetPolicy
-from memos.os import MemoryOS
+from memos.memory import MemoryOS
 from memos.paging import Summarizer
 from memos.scope import Scope
 from memos.session import CompiledContext, MemorySession
-from memtypes import Episode
+from memos.memtypes import Episode
 
 from .deps import MemoryDeps
 from .manager import ManagerReport, MemoryManager

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ModelRetry, RunContext
 
-from memtypes import MemoryRecord
+from memos.memtypes import MemoryRecord
 
 from .reflection import render_prompt
 

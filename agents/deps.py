@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memos.core_memory import CoreMemory
-from memos.os import MemoryOS
+from memos.memory import MemoryOS
 from memos.scope import Scope
 from memos.session import MemorySession
 

@@ -17,11 +17,11 @@ from pydantic import BaseModel, Field, ValidationError
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.usage import UsageLimits
 
-import prompts
+from memos import prompts
 from memos.exceptions import MemosError
-from memos.os import MemoryOS
+from memos.memory import MemoryOS
 from memos.scope import Scope
-from memtypes import BASE_FIELDS, Episode, MemoryRecord
+from memos.memtypes import BASE_FIELDS, Episode, MemoryRecord
 
 from .tools import INSERTABLE_FIELDS
 

@@ -10,29 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
-from pathlib import Path
 from typing import Any, Literal
 
-import jinja2
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ModelRetry, RunContext
 
-from memtypes import MemoryRecord
+from memos import prompts
+from memos.memtypes import MemoryRecord
 
 __all__ = ["Insight", "Reflection", "build_reflection_agent", "reflect_on", "render_prompt"]
 
-PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
-
-
-@cache
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPTS), undefined=jinja2.StrictUndefined,
-                              autoescape=False, keep_trailing_newline=True)
-
-
 def render_prompt(name: str, **values: Any) -> str:
-    """Render `prompts/<name>` with StrictUndefined (a missing variable is an error)."""
-    return _env().get_template(name).render(**values)
+    """Render `prompts/<name>` through the one prompt environment (user overrides honoured)."""
+    return prompts.render(name, **values)
 
 
 class Insight(BaseModel):

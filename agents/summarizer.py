@@ -8,8 +8,8 @@ from typing import Any
 from pydantic_ai import Agent
 from pydantic_ai.usage import UsageLimits
 
-import prompts
-from memtypes import Episode
+from memos import prompts
+from memos.memtypes import Episode
 
 __all__ = ["ModelSummarizer"]
 

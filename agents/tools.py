@@ -17,7 +17,7 @@ from pydantic_ai import ModelRetry
 from pydantic_ai.toolsets import FunctionToolset
 
 from memos.exceptions import MemosError
-from memtypes import BASE_FIELDS, VaultItem
+from memos.memtypes import BASE_FIELDS, VaultItem
 
 from .deps import MemoryDeps
 

@@ -18,7 +18,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from memos import MemoryOS, Scope
-from memtypes import MemoryRecord
+from memos.memtypes import MemoryRecord
 
 
 class Recipe(MemoryRecord):

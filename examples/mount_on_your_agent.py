@@ -14,9 +14,9 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import memory_capability
+from memos.agents import memory_capability
 from memos import MemoryOS, Scope
-from memtypes import Fact
+from memos.memtypes import Fact
 
 
 def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

@@ -6,7 +6,7 @@ import tempfile
 from pydantic_ai.models.test import TestModel
 
 from memos import MemoryOS, Scope
-from memtypes import Fact
+from memos.memtypes import Fact
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", default=None, help="a pydantic-ai model; default: an offline test model")

@@ -23,7 +23,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memos import MemoryOS, Scope
-from memtypes import Fact
+from memos.memtypes import Fact
 
 TURNS = [
     ("I ran 8 km before work today.", 0.6),

@@ -28,7 +28,7 @@ from .exceptions import (  # noqa: E402
     UnknownMemoryTypeError,
 )
 from .ingest import Message  # noqa: E402
-from .os import MemoryOS, ScopedMemory  # noqa: E402
+from .memory import MemoryOS, ScopedMemory  # noqa: E402
 from .ranking import Hit, RankingPolicy  # noqa: E402
 from .scope import Scope  # noqa: E402
 from .storage import HistoryEntry  # noqa: E402

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from memtypes import MemoryRecord
+from memos.memtypes import MemoryRecord
 
 __all__ = [
     "ConsolidationPlan",

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import prompts
-from memtypes import CoreBlock
+from memos import prompts
+from memos.memtypes import CoreBlock
 
 from .exceptions import BudgetError, ConfigError
 from .packing import render_hits

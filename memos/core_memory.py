@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memtypes import CoreBlock
+from memos.memtypes import CoreBlock
 
 from .exceptions import BlockLimitError, ReadOnlyBlockError, TextNotFoundError, UnknownBlockError
 from .scope import Scope
 
 if TYPE_CHECKING:
-    from .os import MemoryOS
+    from .memory import MemoryOS
 
 __all__ = ["BlockSpec", "CoreMemory", "DEFAULT_BLOCKS"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from memtypes import MemoryRecord
+from memos.memtypes import MemoryRecord
 
 from .exceptions import ConfigError
 

@@ -16,10 +16,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memtypes import Episode, VaultItem
+from memos.memtypes import Episode, VaultItem
 
 from .exceptions import ConfigError
-from .os import MemoryOS
+from .memory import MemoryOS
 from .scope import Scope
 from .session import MemorySession
 

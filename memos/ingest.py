@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from memtypes import Episode
+from memos.memtypes import Episode
 
 from .exceptions import InvalidRecordError
 from .scope import Scope

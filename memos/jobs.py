@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memtypes import Fact, MemoryRecord, Procedure, new_id
+from memos.memtypes import Fact, MemoryRecord, Procedure, new_id
 
 from ._sync import run_sync
 from .consolidation import ConsolidationPlan, Supersede, apply_plan, plan_consolidation
@@ -122,7 +122,7 @@ async def reflect(memory: Any, scope: Scope, *, model: Any = None, policy: Refle
     due, why = should_reflect(accumulated, len(episodes), state["last_at"], now, policy)
     if not (due or (force and episodes)):
         return {**result, "skipped": why}
-    from agents.reflection import reflect_on  # the kernel reaches agents lazily
+    from memos.agents.reflection import reflect_on  # the kernel reaches agents lazily
 
     shown = episodes[-policy.max_episodes:]
     insights = await reflect_on(model, shown, now=now)
@@ -172,7 +172,7 @@ async def consolidate(memory: Any, scope: Scope, *, model: Any = None, types: Se
 
 async def _model_contradictions(model: Any, plan: ConsolidationPlan, records: list[MemoryRecord], now: datetime) -> ConsolidationPlan:
     """Ask the consolidation agent about facts sharing a subject; keep its supersede/update decisions."""
-    from agents.consolidation import decide_conflicts
+    from memos.agents.consolidation import decide_conflicts
     from .consolidation import Merge, normalize_text
 
     merged = {i for m in plan.merges for i in m.merged_ids}
@@ -316,7 +316,7 @@ def run_scheduled_job(kind: str, uri: str, user_id: str, agent_id: str | None, s
         memory, model = live
         model = model if model is not None else options.get("model")
     else:
-        from .os import MemoryOS
+        from .memory import MemoryOS
 
         embedder = options.get("embedder", "local")
         key = (uri, embedder)

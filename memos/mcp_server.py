@@ -18,7 +18,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic_ai import ModelRetry
 
-from .os import MemoryOS
+from .memory import MemoryOS
 from .scope import Scope
 from .session import MemorySession
 
@@ -46,8 +46,8 @@ def _wrap(function: Any, name: str, description: str) -> Any:
 
 async def build_server(memory: MemoryOS, scope: Scope) -> MCPServer:
     """An MCP server whose tools act on `scope` of `memory`."""
-    from agents.deps import MemoryDeps
-    from agents.tools import memory_toolset
+    from memos.agents.deps import MemoryDeps
+    from memos.agents.tools import memory_toolset
 
     session = await MemorySession.open(memory, scope)
     tools = memory_toolset(MemoryDeps(session, actor="mcp"), reveal=False).tools

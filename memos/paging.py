@@ -3,7 +3,7 @@
 When the working context is under pressure, the oldest whole turns leave it (they are already
 in episodic memory, so nothing is lost) and the running summary absorbs them, recursively:
 `new summary = summarize(previous summary, evicted turns)`. With a model, a summarizer agent
-does it (`agents.summarizer`); in raw mode `ExtractiveSummarizer` keeps one short line per
+does it (`memos.agents.summarizer`); in raw mode `ExtractiveSummarizer` keeps one short line per
 turn and drops the oldest lines when the summary outgrows its size.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from memtypes import Episode
+from memos.memtypes import Episode
 
 __all__ = ["ExtractiveSummarizer", "Summarizer", "turn_line"]
 

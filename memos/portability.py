@@ -19,7 +19,7 @@ from .exceptions import ConfigError, InvalidRecordError
 from .scope import Scope, Where
 
 if TYPE_CHECKING:
-    from .os import MemoryOS
+    from .memory import MemoryOS
 
 __all__ = ["FORMAT", "export_scope", "forget_user", "import_lines"]
 

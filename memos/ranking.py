@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from memtypes import MemoryRecord
+from memos.memtypes import MemoryRecord
 
 from .temporal import TimeWindow
 

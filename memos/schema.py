@@ -18,7 +18,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel
 
-from memtypes import MemoryRecord
+from memos.memtypes import MemoryRecord
 
 __all__ = ["VECTOR_COLUMN", "arrow_schema", "json_columns", "record_from_row", "row_from_record"]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-import prompts
-from memtypes import Episode
+from memos import prompts
+from memos.memtypes import Episode
 
 from .context_window import BudgetPolicy, SectionSizes, plan_context, render_system_prompt
 from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreMemory
@@ -35,7 +35,7 @@ from .telemetry import span
 from ._sync import with_sync_methods
 
 if TYPE_CHECKING:
-    from .os import MemoryOS
+    from .memory import MemoryOS
 
 __all__ = ["CompiledContext", "MemorySession", "Role"]
 

@@ -27,7 +27,7 @@ import lancedb
 import pyarrow as pa
 from lancedb.index import FTS
 
-from memtypes import MemoryRecord, new_id
+from memos.memtypes import MemoryRecord, new_id
 
 from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, StoreUnavailableError

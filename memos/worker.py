@@ -40,7 +40,7 @@ def run_worker(
     (a portable way for another process to ask it to finish its current jobs and exit).
     """
     from .jobs import register_live, unregister_live
-    from .os import MemoryOS
+    from .memory import MemoryOS
     from .scheduler import MemoryScheduler
 
     stop = stop or threading.Event()

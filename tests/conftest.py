@@ -6,6 +6,8 @@ import os
 
 os.environ.setdefault("LANCE_LOG", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# CLI output is compared as text: a wide console, so a long temp path never wraps a message.
+os.environ["COLUMNS"] = "500"
 
 from datetime import UTC, datetime, timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -10,9 +10,9 @@ from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents import ChatAgent, MemoryManager, memory_capability
+from memos.agents import ChatAgent, MemoryManager, memory_capability
 from memos import MemoryOS, Scope
-from memtypes import Fact
+from memos.memtypes import Fact
 
 SCOPE = Scope("alice", "bot", "s1")
 

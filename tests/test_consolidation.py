@@ -10,7 +10,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memos.consolidation import fact_key, normalize_text, plan_consolidation
 from memos.jobs import consolidate
-from memtypes import Episode, Fact, Procedure
+from memos.memtypes import Episode, Fact, Procedure
 
 
 async def test_duplicates_merge_and_contradiction_supersedes_with_present_and_past_answers(mem, clock, alice, bob):

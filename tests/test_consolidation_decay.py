@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from memos.decay import DecayPolicy, plan_decay, retention_score
-from memtypes import CoreBlock, Episode, Fact, Procedure, VaultItem
+from memos.memtypes import CoreBlock, Episode, Fact, Procedure, VaultItem
 
 
 async def test_decay_archives_exactly_the_records_below_threshold(mem, clock, alice, bob):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from memos.context_window import DROP_ORDER, BudgetPolicy, SectionSizes, plan_context, render_system_prompt
 from memos.exceptions import BudgetError, ConfigError
-from memtypes import CoreBlock
+from memos.memtypes import CoreBlock
 
 POLICY = BudgetPolicy(total=4000)
 

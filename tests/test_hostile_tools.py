@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from pydantic_ai import ModelRetry
 
-from agents import ALL_TOOL_NAMES, memory_toolset
-from agents.deps import MemoryDeps
+from memos.agents import ALL_TOOL_NAMES, memory_toolset
+from memos.agents.deps import MemoryDeps
 from memos import MemoryOS, Scope
 from memos._sync import run_sync
 from memos.exceptions import MemosError
-from memtypes import Fact
+from memos.memtypes import Fact
 
 SCOPE = Scope("alice", "bot", "s1")
 odd_text = st.one_of(st.text(max_size=40), st.sampled_from(["", " ", "\x00", "' OR 1=1 --", "\ud800", "é" * 3000,

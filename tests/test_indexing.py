@@ -11,7 +11,7 @@ import pyarrow as pa
 from memos import MemoryOS, Scope
 from memos.maintenance import maintain
 from memos.schema import arrow_schema
-from memtypes import Episode, Fact
+from memos.memtypes import Episode, Fact
 
 
 async def test_maintenance_indexes_scope_columns_and_vectors_without_changing_results(mem):

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from memos import MemoryOS, Scope
 from memos.exceptions import RecordNotFoundError
-from memtypes import Fact
+from memos.memtypes import Fact
 
 SCOPES = [Scope("alice", "a1", "s1"), Scope("alice", "a2", "s1"), Scope("bob", "a1", "s1"), Scope("carol", "a1", "s9")]
 WORDS = ["tea", "bank", "garden", "piano", "lisbon", "dog"]

@@ -9,7 +9,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from memos import MemoryOS, Scope
-from memtypes import Fact
+from memos.memtypes import Fact
 
 
 async def test_an_mcp_client_lists_tools_searches_and_adds(tmp_path):

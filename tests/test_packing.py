@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from memos.packing import pack, render_hits
 from memos.ranking import Hit
 from memos.tokens import tokenizer_for
-from memtypes import Episode, Fact
+from memos.memtypes import Episode, Fact
 
 count = tokenizer_for("gpt-4o").count
 

@@ -10,10 +10,10 @@ import jinja2
 import jinja2.meta
 import pytest
 
-import agents
+from memos import agents
 import memos
-import memtypes
-import prompts
+from memos import memtypes
+from memos import prompts
 
 MODULES = sorted(
     name for package in (memos, memtypes, agents)

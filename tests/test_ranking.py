@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from memos.ranking import Candidate, RankingPolicy, fuse
 from memos.temporal import parse_time_window
-from memtypes import Episode, Fact
+from memos.memtypes import Episode, Fact
 
 NOW = datetime(2026, 1, 5, tzinfo=UTC)
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agents.reflection import render_prompt
+from memos.agents.reflection import render_prompt
 from memos.jobs import ReflectionPolicy, reflection_state, should_reflect
-from memtypes import Episode, Fact, Procedure
+from memos.memtypes import Episode, Fact, Procedure
 
 _ID = re.compile(r"\[([0-9a-f]{32})\]")
 
@@ -115,7 +115,9 @@ def test_trigger_is_debounced_and_has_an_interval(clock):
 def test_prompt_templates_take_exactly_what_the_code_passes(clock):
     import jinja2.meta
 
-    from agents.reflection import _env
+    from memos import prompts
+
+    _env = prompts.environment
 
     passed = {"reflection.j2": {"now", "max_insights"}, "reflection_episodes.j2": {"episodes"},
               "consolidation.j2": {"now"}, "consolidation_pairs.j2": {"pairs"}}

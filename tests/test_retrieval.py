@@ -44,7 +44,7 @@ async def test_empty_stores_are_skipped_until_they_get_rows(mem):
     scope = Scope("u")
     await ingest(mem, scope)
     assert not await mem.storage.has_rows("semantic")
-    from memtypes import Fact
+    from memos.memtypes import Fact
 
     await mem.add(scope, Fact(subject="Ana", summary="Ana's dog is called Pepper"))
     assert await mem.storage.has_rows("semantic")

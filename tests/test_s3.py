@@ -12,13 +12,13 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from memos import MemoryOS, Scope
-from memtypes import Fact
+from memos.memtypes import Fact
 
 WRITER = textwrap.dedent('''
     import json, os, sys
     os.environ["LANCE_LOG"] = "error"
     from memos import MemoryOS, Scope
-    from memtypes import Fact
+    from memos.memtypes import Fact
     uri, options, name, n = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     mem = MemoryOS.open_sync(uri, embedder=None, storage_options=options)
     for i in range(n):

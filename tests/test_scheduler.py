@@ -10,7 +10,7 @@ import pytest
 from memos import ConfigError, MemoryOS, Scope
 from memos.jobs import job_history
 from memos.scheduler import MemoryScheduler, default_jobs_url, job_id
-from memtypes import Fact
+from memos.memtypes import Fact
 
 
 async def _job_runs(db_path, kind=None) -> list[dict]:
@@ -107,7 +107,7 @@ async def test_one_running_instance_per_job(db_path, clock, alice):
     from pydantic_ai.messages import ModelResponse, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
 
-    from memtypes import Episode
+    from memos.memtypes import Episode
 
     entered, release = threading.Event(), threading.Event()
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from memos import MemoryOS, Scope
 from memos.cli import app
-from memtypes import Fact
+from memos.memtypes import Fact
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ from memos import MemoryOS, Scope
 from memos.cli import app
 from memos.crypto import VaultKeyError, generate_key, write_key_file
 from memos.portability import export_scope, forget_user, import_lines
-from memtypes import Episode, Fact, VaultItem
+from memos.memtypes import Episode, Fact, VaultItem
 
 SECRET = "correct-horse-battery-staple-991"
 runner = CliRunner()

@@ -8,7 +8,7 @@ from memos import MemoryOS, Scope
 from memos.context_window import BudgetPolicy
 from memos.session import MemorySession
 from memos.tokens import tokenizer_for
-from memtypes import Fact
+from memos.memtypes import Fact
 
 TOPICS = ["the garden", "my sister's wedding", "a job interview", "the marathon", "learning Rust", "our trip to Lisbon",
           "the new puppy", "a leaking roof", "a book club", "grandma's recipes"]

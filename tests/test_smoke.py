@@ -1,7 +1,7 @@
 """End-to-end smoke: ingest, search, supersede, reopen."""
 
 from memos import MemoryOS, Scope
-from memtypes import Fact
+from memos.memtypes import Fact
 
 
 async def test_ingest_search_and_reopen(mem: MemoryOS, alice: Scope, bob: Scope, db_path, embedder, clock) -> None:

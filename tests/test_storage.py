@@ -17,7 +17,7 @@ from memos.cli import app
 from memos.exceptions import (EmbeddingDimensionError, InvalidFilterError, InvalidRecordError, RecordNotFoundError,
                               UnknownMemoryTypeError)
 from memos.tokens import tokenizer_for
-from memtypes import Episode, Fact, Procedure, Resource, VaultItem
+from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 
 runner = CliRunner()
 

@@ -13,7 +13,7 @@ from memos.jobs import job_history, refresh_tables
 from memos.scheduler import MemoryScheduler
 from memos.scope import Where
 from memos.worker import worker_main
-from memtypes import Fact
+from memos.memtypes import Fact
 
 
 def _runs(mem: MemoryOS, scope: Scope) -> list[dict]:

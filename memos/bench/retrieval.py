@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..os import MemoryOS
+from ..memory import MemoryOS
 from ..packing import render_hits
 from ..scope import Scope
 from ._stats import percentiles

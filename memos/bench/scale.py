@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memtypes import CoreBlock, Episode, Fact, MemoryRecord, Procedure, Resource, VaultItem
+from memos.memtypes import CoreBlock, Episode, Fact, MemoryRecord, Procedure, Resource, VaultItem
 
 from ..embeddings import TextEmbedder, local_embedder
 from ..maintenance import maintain
-from ..os import MemoryOS
+from ..memory import MemoryOS
 from ..scope import Scope
 from ._stats import peak_rss_mb, percentiles
 

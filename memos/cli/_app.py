@@ -60,7 +60,7 @@ def embedder_choice(value: str) -> str | None:
 
 def open_existing(db: Path, *, embedder: str | None = None, vault_key_file: Path | None = None) -> Any:
     """Open a store that must already exist (a local path is checked; a URI is taken as given)."""
-    from ..os import MemoryOS
+    from ..memory import MemoryOS
 
     if "://" not in str(db) and not Path(db).exists():
         fail(f"no memos store at {db} (create one with `memos init {db}`)")

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from .._sync import run_sync
 from ..demo import DemoStep, load_script, run_demo
-from ..os import MemoryOS
+from ..memory import MemoryOS
 from ..scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, emit_json, guarded
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from .._sync import run_sync
 from ..core_memory import CoreMemory
-from ..os import MemoryOS
+from ..memory import MemoryOS
 from ..scope import Scope
 from ..session import MemorySession
 from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded, open_existing

@@ -32,7 +32,7 @@ ModelOption = Annotated[str | None, typer.Option(help="pydantic-ai model for ref
 
 def _run_now(db: Path, kind: str, scope: Scope, embedder: str, model: str | None, options: dict[str, Any]) -> dict[str, Any]:
     from ..jobs import run_job
-    from ..os import MemoryOS
+    from ..memory import MemoryOS
 
     memory = MemoryOS.open_sync(db, embedder=embedder_choice(embedder))
     return run_sync(run_job(memory, kind, scope, model=model, options=options, actor="cli"))
@@ -109,7 +109,7 @@ def consolidate(
 def show_jobs(db: PathOption = Path("memos-data"), embedder: EmbedderOption = "none", as_json: JsonOption = False,
               last: Annotated[int, typer.Option(help="Last runs to show.")] = 10) -> None:
     """Schedules, next runs, and the last runs with their results."""
-    from ..os import MemoryOS
+    from ..memory import MemoryOS
 
     with MemoryScheduler(db, mode="manual") as scheduler:
         jobs = [j.as_dict() for j in scheduler.jobs()]

@@ -9,7 +9,7 @@ import typer
 
 from .._sync import run_sync
 from ..crypto import _decode
-from ..os import MemoryOS
+from ..memory import MemoryOS
 from ..portability import export_scope, forget_user, import_lines
 from ..scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, open_existing

@@ -10,7 +10,7 @@ import typer
 from rich.progress import Progress
 
 from .._sync import run_sync
-from ..os import MemoryOS
+from ..memory import MemoryOS
 from ..scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from memtypes import BASE_FIELDS, BUILTIN_TYPES, Episode, MemoryRecord
+from memos.memtypes import BASE_FIELDS, BUILTIN_TYPES, Episode, MemoryRecord
 
 from ._sync import with_sync_methods
 from .embeddings import TextEmbedder, resolve_embedder
@@ -303,12 +303,12 @@ class MemoryOS:
         return current
 
     def agent(self, model: Any, scope: Scope | str, **options: Any) -> Any:
-        """A ready chat agent (`agents.chat.ChatAgent`) over `scope`: `await agent.chat("hi")` or `chat_sync`.
+        """A ready chat agent (`memos.agents.chat.ChatAgent`) over `scope`: `await agent.chat("hi")` or `chat_sync`.
 
         `model` is any pydantic-ai model or model string; options: budget, manager_model,
         manage_every, approve, usage_limits, instructions. Its conversation resumes after a restart.
         """
-        from agents.chat import ChatAgent  # agents sit above the kernel; reached lazily
+        from memos.agents.chat import ChatAgent  # agents sit above the kernel; reached lazily
 
         return ChatAgent(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
 
