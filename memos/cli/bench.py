@@ -42,13 +42,36 @@ def scale(
     records: Annotated[int, typer.Option(min=100, help="How many records to insert.")] = 100_000,
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
     queries: Annotated[int, typer.Option(min=20, help="Searches to time.")] = 200,
-    path: Annotated[Path | None, typer.Option(help="Store directory (default: a temp dir).")] = None,
+    path: Annotated[Path | None, typer.Option(help="Store directory (default: a temp dir; an existing one is reused).")] = None,
+    embedder: Annotated[str, typer.Option(help="What builds the data: 'local' (the model) or 'hashed' (fast, for 1M runs).")] = "local",
 ) -> None:
     """Insert N records over the six stores, index, and time searches (query embedding excluded)."""
     from ..bench.scale import run_scale_bench
 
+    if embedder not in ("local", "hashed"):
+        fail(f"unknown --embedder {embedder!r}; use 'local' or 'hashed'")
     with Progress(console=console) as progress:
         task = progress.add_task("inserting", total=records)
-        report = run_sync(run_scale_bench(records, path=path, queries=queries,
+        report = run_sync(run_scale_bench(records, path=path, queries=queries, embedder=embedder,
                                           progress=lambda n, total: progress.update(task, completed=n)))
+    emit_json(report, json_out)
+
+
+@bench_app.command("turn")
+def turn(
+    records: Annotated[int, typer.Option(min=100, help="Records in the store the conversation runs on.")] = 10_000,
+    turns: Annotated[int, typer.Option(min=5, help="Steps to time.")] = 60,
+    json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
+    path: Annotated[Path | None, typer.Option(help="Store directory (default: a temp dir; an existing one is reused).")] = None,
+    embedder: Annotated[str, typer.Option(help="What builds the store's data: 'local' or 'hashed' (then embedding is not timed).")] = "local",
+) -> None:
+    """One chat turn's overhead besides the model call: record, retrieve, compile, record the reply (ms)."""
+    from ..bench.turn import run_turn_bench
+
+    if embedder not in ("local", "hashed"):
+        fail(f"unknown --embedder {embedder!r}; use 'local' or 'hashed'")
+    with Progress(console=console) as progress:
+        task = progress.add_task("building, then talking", total=None)
+        report = run_sync(run_turn_bench(records, path=path, turns=turns, embedder=embedder,
+                                         progress=lambda n, total: progress.update(task, completed=n, total=total)))
     emit_json(report, json_out)

@@ -1,0 +1,62 @@
+"""`memos bench turn`: what one chat turn costs besides the model call.
+
+A store of N synthetic records (`memos.bench.scale.open_bench_store`) gets a conversation in
+one of its scopes. Each timed step is what `ChatAgent.chat` does around the model request:
+record the user's turn, compile the context (active retrieval over every store, paging,
+rendering under the budget), record the reply. Reported in ms, p50 / p95, as a whole and
+per part; the model's reply is a scripted line. The embedder that built the store also
+embeds the turns and queries: with the local model (default) its time is included; a store
+built with `--embedder hashed` times everything but embedding.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..scope import Scope
+from ..session import MemorySession
+from ._stats import peak_rss_mb, percentiles
+from .scale import USERS, _sentence, bench_embedder, open_bench_store
+
+__all__ = ["run_turn_bench"]
+
+WARMUP = 3
+
+
+async def run_turn_bench(records: int, *, path: str | Path | None = None, turns: int = 60, budget: int = 8000,
+                         embedder: str = "local", progress: Any = None, seed: int = 0) -> dict[str, Any]:
+    """Build (or reuse) a store of `records`, then time `turns` steps of one conversation."""
+    root = Path(path or tempfile.mkdtemp(prefix="memos-turn-"))
+    model = bench_embedder(embedder)
+    memory, built = await open_bench_store(records, root, embedder=model, seed=seed, progress=progress)
+    rng = random.Random(seed + 2)
+    scope = Scope(f"user{rng.randrange(USERS):02d}", "agent", f"bench-{rng.randrange(10**6)}")
+    session = await MemorySession.open(memory, scope, budget=budget)
+    parts: dict[str, list[float]] = {"record_user": [], "compile": [], "record_reply": [], "total": []}
+    for step in range(turns + WARMUP):
+        message = f"Do you remember when {_sentence(rng)}"
+        t0 = time.perf_counter()
+        await session.record_turn("user", message)
+        t1 = time.perf_counter()
+        context = await session.compile(message)
+        t2 = time.perf_counter()
+        await session.record_turn("assistant", f"Yes: {_sentence(rng)}")
+        t3 = time.perf_counter()
+        assert context.total_tokens <= budget
+        if step >= WARMUP:
+            for name, ms in (("record_user", t1 - t0), ("compile", t2 - t1), ("record_reply", t3 - t2), ("total", t3 - t0)):
+                parts[name].append(ms * 1000)
+        if progress:
+            progress(step + 1, turns + WARMUP)
+    return {
+        **built,
+        "embedder": model.name,
+        "turns": turns,
+        "budget": budget,
+        "turn_ms": {name: percentiles(samples) for name, samples in parts.items()},
+        "peak_rss_mb": peak_rss_mb(),
+    }

@@ -1,0 +1,36 @@
+"""The benchmark commands' building blocks: the bulk-build embedder and the turn-overhead bench."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from memos.bench.scale import HashedTokens
+from memos.cli import app
+
+runner = CliRunner()
+
+
+async def test_hashed_tokens_is_deterministic_normalised_and_word_sensitive():
+    embed = HashedTokens()
+    a, b, c = await embed.embed_documents(["Ana planned a hiking trip in Lisbon", "Ana planned a hiking trip in Porto",
+                                           "the quarterly report is late"])
+    assert a == (await embed.embed_documents(["Ana planned a hiking trip in Lisbon"]))[0]
+    assert len(a) == 384 and abs(sum(x * x for x in a) - 1) < 1e-9
+    cos = lambda u, v: sum(x * y for x, y in zip(u, v, strict=True))  # noqa: E731
+    assert cos(a, b) > 0.5 > cos(a, c)
+
+
+def test_bench_turn_reports_each_part_and_reuses_its_store(tmp_path):
+    store = tmp_path / "store"
+    args = ["bench", "turn", "--records", "300", "--turns", "5", "--embedder", "hashed", "--path", str(store), "--json", "-"]
+    first = runner.invoke(app, args)
+    report = json.loads(first.stdout)
+    assert report["records"] == 300 and report["embedder"] == "hashed-tokens" and report["turns"] == 5
+    assert set(report["turn_ms"]) == {"record_user", "compile", "record_reply", "total"}
+    assert report["turn_ms"]["total"]["p95"] >= report["turn_ms"]["total"]["p50"] > 0
+    again = json.loads(runner.invoke(app, args).stdout)
+    assert again["reused"] is True and again["records"] >= 300  # the first run's turns are in it too
+    bad = runner.invoke(app, ["bench", "turn", "--embedder", "bert"])
+    assert bad.exit_code == 2 and "hashed" in bad.output
