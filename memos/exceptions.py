@@ -9,7 +9,9 @@ The hierarchy has three branches, one per audience::
     │   ├── InvalidRecordError        a record that fails its type's validation
     │   └── EmbeddingDimensionError   the store was built with another embedder (`memos reindex`)
     ├── MemoryOSError            a runtime failure of the memory OS itself
-    │   ├── StoreUnavailableError
+    │   ├── StoreUnavailableError     the store cannot be opened, read or written (the message says why and what to do)
+    │   │   └── StoreFullError        the disk holding the store is full
+    │   ├── RecordChangedError        a record changed or vanished between its read and a conditional write
     │   ├── RecordNotFoundError
     │   ├── BudgetError               a token budget that cannot be met
     │   ├── VaultKeyError             missing, wrong or corrupt vault key (defined in `memos.crypto`)
@@ -37,7 +39,9 @@ __all__ = [
     "MemoryOSError",
     "MemosError",
     "ReadOnlyBlockError",
+    "RecordChangedError",
     "RecordNotFoundError",
+    "StoreFullError",
     "StoreUnavailableError",
     "TextNotFoundError",
     "UnknownBlockError",
@@ -86,6 +90,22 @@ class MemoryOSError(MemosError, RuntimeError):
 
 class StoreUnavailableError(MemoryOSError):
     """The LanceDB store cannot be opened or written."""
+
+
+class StoreFullError(StoreUnavailableError):
+    """The disk (or quota) holding the store is full: free space, then writing resumes."""
+
+
+class RecordChangedError(MemoryOSError):
+    """A conditional write found records changed or deleted since they were read (optimistic
+    concurrency): the caller re-reads and re-decides, or skips them. Never a lost update."""
+
+    def __init__(self, memory_type: str, ids: list[str], written: int) -> None:
+        self.memory_type = memory_type
+        self.ids = ids
+        self.written = written
+        super().__init__(f"{len(ids) - written} of {len(ids)} {memory_type} records changed or were deleted since they "
+                         "were read; re-read them and try again")
 
 
 class RecordNotFoundError(MemoryOSError, LookupError):

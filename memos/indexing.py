@@ -18,7 +18,7 @@ import logging
 
 from lancedb.index import Bitmap, BTree, IvfHnswSq
 
-from .storage import Storage, retry_conflicts
+from .storage import Storage
 
 __all__ = ["ANN_MIN_ROWS", "SCALAR_MIN_ROWS", "ensure_indexes", "needs_ann_index", "needs_scalar_index"]
 
@@ -49,17 +49,17 @@ async def ensure_indexes(storage: Storage, *, min_rows: int | None = None) -> di
     scalar_rows = SCALAR_MIN_ROWS if min_rows is None else min(min_rows, SCALAR_MIN_ROWS)
     for name, typed in storage.tables.items():
         table = typed.table
-        rows = await table.count_rows()
-        indexed = {tuple(idx.columns) for idx in await table.list_indices()}
+        rows = await storage.read(table, table.count_rows)
+        indexed = {tuple(idx.columns) for idx in await storage.read(table, table.list_indices)}
         notes = []
         for column, (kind, config) in _SCALAR_INDEXES.items():
             if needs_scalar_index(rows, (column,) in indexed, min_rows=scalar_rows):
-                await retry_conflicts(lambda column=column, config=config: table.create_index(column, config=config(), replace=True))
+                await storage.write(table, lambda column=column, config=config: table.create_index(column, config=config(), replace=True))
                 notes.append(f"{kind}({column})")
         vectors = storage.embedder_name is not None
         if needs_ann_index(rows, ("vector",) in indexed, min_rows=ann_rows, has_vectors=vectors):
             partitions = max(1, min(256, rows // 4096))
-            await retry_conflicts(lambda: table.create_index(
+            await storage.write(table, lambda table=table, partitions=partitions: table.create_index(
                 "vector", config=IvfHnswSq(distance_type="cosine", num_partitions=partitions), replace=True))
             notes.append(f"ivf_hnsw_sq({partitions} partitions)")
         done[name] = ", ".join(notes) or (f"{rows} rows: indexes present" if indexed - {("text",)} else f"{rows} rows: brute force")

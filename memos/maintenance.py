@@ -4,7 +4,8 @@ Every append makes a small data fragment; `optimize()` compacts fragments, folds
 the existing indexes and prunes old versions past `cleanup_older_than`. Index builds are
 `memos.indexing.ensure_indexes` (scope-column B-trees, and a vector ANN index once a table is
 large enough). Afterwards the freed heap goes back to the operating system (`memos._malloc`).
-Commit conflicts with concurrent writers are retried (`retry_conflicts`), never dropped.
+Commit conflicts with concurrent writers are retried (`Storage.write`), never dropped; a purge that
+`Storage.purge_old_versions` had to defer is finished here.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from ._malloc import release_free_memory
 from .indexing import ensure_indexes
-from .storage import Storage, retry_conflicts
+from .storage import Storage
 
 __all__ = ["compact_tables", "maintain"]
 
@@ -28,7 +29,7 @@ async def compact_tables(storage: Storage, *, cleanup_older_than: timedelta = ti
     tables = {name: t.table for name, t in storage.tables.items()}
     tables["_history"] = storage.history
     for name, table in tables.items():
-        stats = await retry_conflicts(lambda table=table: table.optimize(cleanup_older_than=cleanup_older_than))
+        stats = await storage.write(table, lambda table=table: table.optimize(cleanup_older_than=cleanup_older_than))
         compaction = getattr(stats, "compaction", None)
         out[name] = {
             "fragments_removed": getattr(compaction, "fragments_removed", 0),
@@ -42,6 +43,10 @@ async def maintain(storage: Storage, *, min_rows: int | None = None,
     """Compact every table, then make sure the indexes a table of its size needs exist."""
     compaction = await compact_tables(storage, cleanup_older_than=cleanup_older_than)
     indexes = await ensure_indexes(storage, min_rows=min_rows)
+    purge = await storage.finish_deferred_purge()
     release_free_memory()
     log.info("maintenance: compacted %d tables, indexes %s", len(compaction), indexes)
-    return {"compaction": compaction, "indexes": indexes}
+    out: dict[str, Any] = {"compaction": compaction, "indexes": indexes}
+    if purge is not None:
+        out["deferred_purge"] = purge
+    return out

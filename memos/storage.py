@@ -16,6 +16,7 @@ import functools
 import json
 import logging
 import random
+import re
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,11 +31,12 @@ from lancedb.index import FTS
 from memos.memtypes import MemoryRecord, new_id
 
 from .embeddings import TextEmbedder
-from .exceptions import EmbeddingDimensionError, StoreUnavailableError
+from .exceptions import EmbeddingDimensionError, RecordChangedError, StoreFullError, StoreUnavailableError
+from .lease import StoreLease
 from .scope import sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, row_from_record
 
-__all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTable", "arrow_rows", "history_row", "retry_conflicts"]
+__all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTable", "arrow_rows", "history_row", "retry_conflicts", "storage_error"]
 
 log = logging.getLogger("memos.storage")
 
@@ -46,6 +48,13 @@ KEEP_VERSIONS = timedelta(minutes=10)
 """How long automatic compaction keeps old table versions (readers still on one can finish)."""
 CACHE_BYTES = {"index": 128 * 2**20, "metadata": 64 * 2**20}
 """LanceDB's index and metadata caches, shared by every store a process opens (bounded memory)."""
+PURGE_WAIT = 30.0
+"""Seconds a purge waits for other processes' in-flight writes before it defers itself."""
+PURGE_MARGIN = KEEP_VERSIONS
+"""A deferred purge drops the versions older than this at the next maintenance run: no reader
+or writer of any process still needs a version that old (see `memos.lease`)."""
+PENDING_PURGE = "purge:pending"
+"""Meta key: when a purge that could not run at once was asked for (finished by maintenance)."""
 READ_CONSISTENCY = timedelta(seconds=1)
 """How stale a read may be: other processes' commits (a worker's consolidation, another agent)
 become visible within this interval without reopening the store."""
@@ -120,6 +129,35 @@ def _is_conflict(exc: BaseException) -> bool:
     return "conflict" in text or "retryable" in text or "concurrent" in text
 
 
+def _is_gone(exc: BaseException) -> bool:
+    """A data, index or manifest file of the version a handle was on has been removed by a purge
+    (or a compaction's cleanup): reading the latest version again succeeds."""
+    text = str(exc).lower()
+    return "not found" in text and (".lance" in text or ".idx" in text or "_versions" in text or "object at location" in text
+                                    or "_indices" in text or ".manifest" in text)
+
+
+_RUST_LOCATION = re.compile(r",?\s*/\S+\.rs:\d+(?::\d+)?")
+
+
+def storage_error(exc: BaseException, uri: str) -> BaseException:
+    """A LanceDB/OS failure as the memos error a user can act on (the original is its cause);
+    anything else comes back unchanged."""
+    text = _RUST_LOCATION.sub("", str(exc)).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    low = text.lower()
+    if "no space left" in low or "disk quota" in low:
+        return StoreFullError(f"the disk holding the memos store {uri} is full; free some space and retry "
+                              "(what was acknowledged before is kept)")
+    if "permission denied" in low or "read-only file system" in low or isinstance(exc, PermissionError):
+        return StoreUnavailableError(f"memos cannot write the store {uri}: permission denied or read-only; "
+                                     "check the owner and mode of the directory")
+    if _is_gone(exc) or isinstance(exc, FileNotFoundError):
+        return StoreUnavailableError(f"a file of the memos store {uri} is missing ({text[:200]}); it was removed outside "
+                                     "memos or by a cleanup that ignored other processes; restore the directory from a backup "
+                                     "or export what still reads")
+    return exc
+
+
 async def retry_conflicts(op: Callable[[], Awaitable[T]], attempts: int = 12) -> T:
     """Run a LanceDB write, retrying commit conflicts with another writer (jittered backoff)."""
     for attempt in range(attempts):
@@ -148,6 +186,35 @@ class Storage:
         self._empty_checked: dict[str, float] = {}  # table -> when it was last seen empty (monotonic)
         self._nonempty: set[str] = set()
         self._names: set[str] | None = None  # tables present when the store was opened
+        self.lease = StoreLease.for_uri(uri)
+
+    async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12) -> T:
+        """Run one LanceDB write holding the purge lease shared (see `memos.lease`): commit
+        conflicts with other writers are retried with jittered backoff, a handle whose version a
+        purge removed moves to the latest, and storage failures become memos errors."""
+        async with self.lease.shared():
+            return await self._retrying(table, op, attempts)
+
+    async def read(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 4) -> T:
+        """Run one LanceDB read; a version removed under it by a purge is re-read at the latest."""
+        return await self._retrying(table, op, attempts)
+
+    async def _retrying(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int) -> T:
+        for attempt in range(attempts):
+            try:
+                return await op()
+            except (OSError, RuntimeError, ValueError) as exc:  # LanceDB raises these for every storage failure
+                gone, conflict = _is_gone(exc), _is_conflict(exc)
+                if not (gone or conflict) or attempt == attempts - 1:
+                    error = storage_error(exc, self.uri)
+                    if error is exc:
+                        raise
+                    raise error from exc
+                if gone:
+                    log.debug("a version under %s was purged; reading the latest (%s)", self.uri, exc)
+                    await table.checkout_latest()
+                await asyncio.sleep(min(1.0, 0.01 * 2**attempt) * (0.5 + random.random()))
+        raise AssertionError("unreachable")
 
     async def _committed(self, table: Any, rows: int = 0) -> None:
         """Count a commit of `rows` rows; every `COMPACT_EVERY` commits to a table, or once
@@ -164,7 +231,7 @@ class Storage:
         self._writes[key] = self._writes.get(key, 0) + 1
         self._pending[key] = self._pending.get(key, 0) + rows
         if self._writes[key] % COMPACT_EVERY == 0 or self._pending[key] >= INDEX_EVERY_ROWS:
-            await retry_conflicts(lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
+            await self.write(table, lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
             self._pending[key] = 0
 
     @classmethod
@@ -187,7 +254,8 @@ class Storage:
         stored = json.loads(values["embedder"]) if "embedder" in values else None
         dim, name = cls._settle_embedder(uri, stored, embedder)
         if stored != {"name": name, "dim": dim}:
-            await _write_meta(meta, "embedder", json.dumps({"name": name, "dim": dim}))
+            async with StoreLease.for_uri(uri).shared():
+                await _write_meta(meta, "embedder", json.dumps({"name": name, "dim": dim}))
         storage = cls(uri, conn, meta, history, dim, name)
         physical = json.loads(values.get("tables", "{}"))
         for record_type in record_types:
@@ -221,14 +289,14 @@ class Storage:
         existing = await table.schema()
         missing = [f for f in schema if f.name not in existing.names]
         if missing:  # a custom type gained fields: add them as empty columns
-            await table.add_columns({f.name: f"CAST(NULL AS {_sql_type(f.type)})" for f in missing})
+            await self.write(table, lambda: table.add_columns({f.name: f"CAST(NULL AS {_sql_type(f.type)})" for f in missing}))
         vec = existing.field(VECTOR_COLUMN) if VECTOR_COLUMN in existing.names else None
         if vec is not None and vec.type.list_size != self.dim:
             raise EmbeddingDimensionError(
                 f"table {physical} has {vec.type.list_size}-d vectors but the store is {self.dim}-d; run memos reindex {self.uri}"
             )
         if not any(idx.columns == ["text"] for idx in await table.list_indices()):
-            await retry_conflicts(lambda: table.create_index("text", config=FTS(with_position=False), replace=False))
+            await self.write(table, lambda: table.create_index("text", config=FTS(with_position=False), replace=False))
         self.tables[record_type.memory_type] = TypeTable(record_type, table, json_columns(record_type))
 
     async def _table_names(self) -> set[str]:
@@ -248,7 +316,8 @@ class Storage:
         seen = self._empty_checked.get(memory_type)
         if seen is not None and time.monotonic() - seen <= READ_CONSISTENCY.total_seconds():
             return False
-        if await self.tables[memory_type].table.count_rows() > 0:
+        table = self.tables[memory_type].table
+        if await self.read(table, lambda: table.count_rows()) > 0:
             self._nonempty.add(memory_type)
             return True
         self._empty_checked[memory_type] = time.monotonic()
@@ -257,21 +326,37 @@ class Storage:
     async def add_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
         if rows:
             table = self.tables[memory_type].table
-            await retry_conflicts(lambda: table.add(rows))
+            await self.write(table, lambda: table.add(rows))
             self._nonempty.add(memory_type)
             await self._committed(table, len(rows))
 
     async def upsert_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
         if rows:
             table = self.tables[memory_type].table
-            await retry_conflicts(
-                lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+            await self.write(
+                table, lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
             )
             await self._committed(table, len(rows))
 
+    async def update_rows(self, memory_type: str, rows: list[dict[str, Any]], read_at: dict[str, datetime]) -> None:
+        """Replace existing rows, each only if it is still the version that was read (its
+        `updated_at` is `read_at[id]`): optimistic concurrency. Nothing is ever inserted, so a
+        record deleted meanwhile stays deleted. Raises `RecordChangedError` naming the ids that
+        changed or vanished (the rows that still matched are written)."""
+        if not rows:
+            return
+        table = self.tables[memory_type].table
+        condition = " OR ".join(
+            f"(target.id = {sql_string(r['id'])} AND CAST(target.updated_at AS BIGINT) = {_micros(read_at[r['id']])})" for r in rows)
+        result = await self.write(table, lambda: table.merge_insert("id").when_matched_update_all(where=condition).execute(rows))
+        await self._committed(table, len(rows))
+        updated = getattr(result, "num_updated_rows", len(rows))
+        if updated != len(rows):
+            raise RecordChangedError(memory_type, [r["id"] for r in rows], updated)
+
     async def delete_rows(self, memory_type: str, where: str) -> None:
         table = self.tables[memory_type].table
-        await retry_conflicts(lambda: table.delete(where))
+        await self.write(table, lambda: table.delete(where))
 
     async def rows(
         self, memory_type: str, where: str | None, limit: int | None = None, columns: list[str] | None = None
@@ -283,10 +368,11 @@ class Storage:
             query = query.select(columns)
         if limit is not None:
             query = query.limit(limit)
-        return arrow_rows(await query.to_arrow())
+        return arrow_rows(await self.read(self.tables[memory_type].table, query.to_arrow))
 
     async def count(self, memory_type: str, where: str | None = None) -> int:
-        return await self.tables[memory_type].table.count_rows(where)
+        table = self.tables[memory_type].table
+        return await self.read(table, lambda: table.count_rows(where))
 
     async def vector_search(self, memory_type: str, vector: list[float], where: str | None, limit: int,
                             columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -309,7 +395,7 @@ class Storage:
             query = query.with_row_id()
         if where:
             query = query.where(where)
-        return arrow_rows(await query.to_arrow())
+        return arrow_rows(await self.read(self.tables[memory_type].table, query.to_arrow))
 
     async def take(self, memory_type: str, rows: Sequence[dict[str, Any]], where: str | None) -> list[dict[str, Any]]:
         """Full rows (every field but the vector) for search rows read with `columns`, in order.
@@ -337,7 +423,7 @@ class Storage:
 
     async def append_history(self, entries: list[dict[str, Any]]) -> None:
         if entries:
-            await retry_conflicts(lambda: self.history.add(entries))
+            await self.write(self.history, lambda: self.history.add(entries))
             await self._committed(self.history, len(entries))
 
     async def history_rows(self, where: str | None, limit: int | None = None) -> list[HistoryEntry]:
@@ -346,7 +432,7 @@ class Storage:
             query = query.where(where)
         if limit is not None:
             query = query.limit(limit)
-        rows = arrow_rows(await query.to_arrow())
+        rows = arrow_rows(await self.read(self.history, query.to_arrow))
         rows.sort(key=lambda r: r["at"])
         return [
             HistoryEntry(**{**r, "before": _loads(r["before"]), "after": _loads(r["after"])})
@@ -355,43 +441,91 @@ class Storage:
 
     async def raw_history(self, where: str) -> list[dict[str, Any]]:
         """History rows as stored (before/after as JSON text)."""
-        return arrow_rows(await self.history.query().where(where).to_arrow())
+        return arrow_rows(await self.read(self.history, self.history.query().where(where).to_arrow))
 
     async def rewrite_history(self, rows: list[dict[str, Any]]) -> None:
         """Replace history rows by id (used only to scrub a secret out of the audit trail)."""
         if rows:
-            await retry_conflicts(
-                lambda: self.history.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+            await self.write(
+                self.history, lambda: self.history.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
             )
 
-    async def purge_old_versions(self, memory_type: str | None = None) -> None:
-        """Compact and drop every old version of a table and of history, so removed data is gone from disk."""
-        tables = [self.history, self.meta] + ([self.tables[memory_type].table] if memory_type else [t.table for t in self.tables.values()])
+    async def purge_old_versions(self, memory_type: str | None = None, *, wait: float = PURGE_WAIT) -> bool:
+        """Compact and drop every old version of a table (all tables by default) and of history
+        and meta, so removed data is gone from disk; returns whether that happened now.
+
+        It runs holding the store lease alone (`memos.lease`): no write of any process is in
+        flight, so deleting unreferenced files cannot hit another writer's uncommitted data, and a
+        reader that was on a dropped version re-reads the latest. If the lease cannot be had
+        within `wait` seconds (busy writers, or an object-storage URI that has no lease), the
+        purge is deferred: a `purge:pending` meta entry asks the next maintenance run to finish it
+        (`finish_deferred_purge`), and versions older than `KEEP_VERSIONS` are dropped now."""
+        tables = self._purge_tables(memory_type)
+        async with self.lease.exclusive(wait) as alone:
+            if alone:
+                for table in tables:
+                    await self._drop_old_versions(table, timedelta(0))
+        if alone:
+            if memory_type is None and PENDING_PURGE in await self.get_meta():
+                await self.delete_meta([PENDING_PURGE])
+            return True
+        meta = await self.get_meta()
+        if PENDING_PURGE not in meta:
+            await self.set_meta(PENDING_PURGE, datetime.now(UTC).isoformat())
+        log.warning("purge of old versions of %s deferred: other writers held the store for %.0f s or it is remote; "
+                    "the next maintenance run finishes it", self.uri, wait)
         for table in tables:
-            with warnings.catch_warnings():
-                # LanceDB warns that a reader still on an old version fails; it retries on the latest
-                # one, and keeping the old version would keep the removed data on disk.
-                warnings.simplefilter("ignore", UserWarning)
-                await retry_conflicts(lambda table=table: table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True))
+            await self.write(table, lambda table=table: table.optimize(cleanup_older_than=KEEP_VERSIONS))
+        return False
+
+    async def finish_deferred_purge(self, now: datetime | None = None, *, wait: float = PURGE_WAIT) -> str | None:
+        """Finish a purge that `purge_old_versions` deferred (the maintenance job calls this):
+        with the lease, at once; without it, once `PURGE_MARGIN` has passed since it was asked
+        for, by dropping the versions older than the margin (nobody still reads them). Returns
+        what happened, or None when nothing was pending."""
+        requested = (await self.get_meta()).get(PENDING_PURGE)
+        if requested is None:
+            return None
+        if await self.purge_old_versions(wait=wait):
+            return "purged"
+        if (now or datetime.now(UTC)) - datetime.fromisoformat(requested) < PURGE_MARGIN:
+            return "waiting"
+        for table in self._purge_tables(None):
+            await self.write(table, lambda table=table: table.optimize(cleanup_older_than=PURGE_MARGIN))
+        await self.delete_meta([PENDING_PURGE])
+        return "purged past the margin"
+
+    def _purge_tables(self, memory_type: str | None) -> list[Any]:
+        typed = [self.tables[memory_type].table] if memory_type else [t.table for t in self.tables.values()]
+        return [self.history, self.meta, *typed]
+
+    async def _drop_old_versions(self, table: Any, older_than: timedelta) -> None:
+        await table.checkout_latest()
+        with warnings.catch_warnings():
+            # LanceDB warns that a reader still on an old version fails; readers retry on the latest one
+            # (Storage.read), and keeping the old version would keep the removed data on disk.
+            warnings.simplefilter("ignore", UserWarning)
+            await self._retrying(table, lambda: table.optimize(cleanup_older_than=older_than, delete_unverified=True), 12)
 
     async def delete_history(self, where: str) -> None:
-        await retry_conflicts(lambda: self.history.delete(where))
+        await self.write(self.history, lambda: self.history.delete(where))
 
     async def set_meta(self, key: str, value: str) -> None:
-        await _write_meta(self.meta, key, value)
+        async with self.lease.shared():
+            await _write_meta(self.meta, key, value)
 
     async def delete_meta(self, keys: list[str]) -> None:
         """Remove meta entries (exact keys, quoted; never a pattern built from input)."""
         for key in keys:
-            await retry_conflicts(lambda key=key: self.meta.delete(f"key = {sql_string(key)}"))
+            await self.write(self.meta, lambda key=key: self.meta.delete(f"key = {sql_string(key)}"))
 
     async def rebuild_text_index(self, memory_type: str) -> None:
         """Recreate a table's full-text index from its current rows (drops terms of deleted rows)."""
         table = self.tables[memory_type].table
-        await retry_conflicts(lambda: table.create_index("text", config=FTS(with_position=False), replace=True))
+        await self.write(table, lambda: table.create_index("text", config=FTS(with_position=False), replace=True))
 
     async def get_meta(self) -> dict[str, str]:
-        return await _read_meta(self.meta)
+        return await self.read(self.meta, lambda: _read_meta(self.meta))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -425,6 +559,12 @@ def history_row(
         "before": json.dumps(before, default=str) if before is not None else None,
         "after": json.dumps(after, default=str) if after is not None else None, "note": note,
     }
+
+
+def _micros(at: datetime) -> int:
+    """A stored timestamp as LanceDB compares it (microseconds since the epoch, UTC)."""
+    delta = at.astimezone(UTC) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _loads(value: str | None) -> dict[str, Any] | None:
