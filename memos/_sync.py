@@ -35,8 +35,23 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_sync(awaitable: Awaitable[T]) -> T:
-    """Run a coroutine to completion from synchronous code and return its result."""
+    """Run a coroutine to completion from synchronous code and return its result.
+
+    Called from a coroutine that itself runs on memos' loop it could only wait for itself
+    forever; it raises `MemoryOSError` at once instead, naming the fix (await the async form).
+    """
     loop = _background_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()  # never awaited: close it so Python does not warn about it
+        from .exceptions import MemoryOSError
+
+        raise MemoryOSError("a *_sync method (or run_sync) was called from code already running on memos' "
+                            "own event loop, where it would wait for itself forever; await the async method instead")
     future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), loop)
     return future.result()
 

@@ -5,11 +5,16 @@ sentence-transformers on CPU through pydantic-ai's `SentenceTransformerEmbedding
 nothing is downloaded. It lives in the `memos-memory[local]` extra. One loaded instance is shared
 per process. A remote embedder is any pydantic-ai model string or `Embedder`; its dimension
 is detected with one probe call and stored with the database.
+
+Resolution is async (`await resolve_embedder(spec)`): the probe is awaited on the caller's
+loop, never re-entered through `run_sync`, so opening a store with a remote embedder works
+from the sync API (whose coroutines already run on memos' private loop), the async API and
+the CLI alike. `"test"` names pydantic-ai's `TestEmbeddingModel` (8-d constant vectors, no
+network): a test double for scripts and CLI tests, never for real data.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -17,11 +22,12 @@ from typing import Any
 
 from .exceptions import ConfigError
 
-__all__ = ["LOCAL_EMBEDDER_NAME", "TextEmbedder", "local_embedder", "local_embedder_available", "resolve_embedder"]
+__all__ = ["LOCAL_EMBEDDER_NAME", "TEST_EMBEDDER_NAME", "TextEmbedder", "local_embedder", "local_embedder_available", "resolve_embedder"]
 
 log = logging.getLogger("memos.embeddings")
 
 LOCAL_EMBEDDER_NAME = "local:all-MiniLM-L6-v2"
+TEST_EMBEDDER_NAME = "test:test"
 _LOCAL_DIM = 384
 _local: TextEmbedder | None = None
 
@@ -89,16 +95,21 @@ def local_embedder() -> TextEmbedder:
     return _local
 
 
-async def _probe_dim(embedder: Any) -> int:
-    result = await embedder.embed_query("dimension probe")
+async def _probe_dim(embedder: Any, name: str) -> int:
+    try:
+        result = await embedder.embed_query("dimension probe")
+    except Exception as exc:  # a provider's own error (no key, no network): say which embedder and why
+        raise ConfigError(f"embedder {name} failed its dimension probe: {type(exc).__name__}: {exc}") from exc
     return len(result.embeddings[0])
 
 
-def resolve_embedder(spec: Any) -> TextEmbedder | None:
+async def resolve_embedder(spec: Any) -> TextEmbedder | None:
     """Turn a user's embedder choice into a `TextEmbedder`, or None for full-text-only mode.
 
     `spec` may be "local" (default), None / "none", a `TextEmbedder`, a pydantic-ai `Embedder`
-    or `EmbeddingModel`, or a pydantic-ai model string such as "openai:text-embedding-3-small".
+    or `EmbeddingModel`, a pydantic-ai model string such as "openai:text-embedding-3-small",
+    or "test" (pydantic-ai's `TestEmbeddingModel`, for tests). A remote embedder's dimension is
+    probed with one awaited call, on the loop that is already running.
     """
     if spec is None or spec == "none":
         return None
@@ -109,25 +120,26 @@ def resolve_embedder(spec: Any) -> TextEmbedder | None:
             log.warning("local embedder not installed (pip install 'memos-memory[local]'): full-text-only mode")
             return None
         return local_embedder()
-    from pydantic_ai.embeddings import Embedder, EmbeddingModel
+    from pydantic_ai.embeddings import Embedder, EmbeddingModel, TestEmbeddingModel
 
-    if isinstance(spec, EmbeddingModel | str):
-        name = spec if isinstance(spec, str) else f"{spec.system}:{spec.model_name}"
+    if spec == "test" or spec == TEST_EMBEDDER_NAME:
+        spec = TestEmbeddingModel()
+    if isinstance(spec, EmbeddingModel):
+        name = f"{spec.system}:{spec.model_name}"
         spec = Embedder(spec)
+    elif isinstance(spec, str):
+        if ":" not in spec:
+            raise ConfigError(f"embedder {spec!r} is not 'local', 'none', 'test' or a provider:model string "
+                              "such as 'openai:text-embedding-3-small'")
+        name = spec
+        try:
+            spec = Embedder(spec)
+        except Exception as exc:  # pydantic-ai's UserError / ValueError / a missing provider extra
+            raise ConfigError(f"cannot use embedder {name!r}: {exc}") from exc
     elif isinstance(spec, Embedder):
         model = spec.model
         name = model if isinstance(model, str) else f"{model.system}:{model.model_name}"
     else:
         raise ConfigError(f"embedder must be 'local', None, a model string or a pydantic-ai Embedder; got {spec!r}")
-    dim = _run(_probe_dim(spec))
+    dim = await _probe_dim(spec, str(name))
     return TextEmbedder(str(name), dim, spec)
-
-
-def _run(coro: Any) -> Any:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    from ._sync import run_sync
-
-    return run_sync(coro)

@@ -96,7 +96,7 @@ class MemoryOS:
             if other is not None and other is not record_type:
                 raise ConfigError(f"two memory types are named {record_type.memory_type!r}: {other.__name__} and {record_type.__name__}")
             registry[record_type.memory_type] = record_type
-        resolved = resolve_embedder(embedder)
+        resolved = await resolve_embedder(embedder)
         storage = await Storage.open(str(uri), list(registry.values()), resolved, storage_options)
         key_file = Path(vault_key_file) if vault_key_file else None
         return cls(storage, resolved if storage.embedder_name else None, registry, tokenizer_for(model),
@@ -275,7 +275,7 @@ class MemoryOS:
 
     async def reindex(self, embedder: Any = "local") -> int:
         """Re-embed every record with `embedder` (e.g. after changing embedders); returns rows done."""
-        new = resolve_embedder(embedder)
+        new = await resolve_embedder(embedder)
         if new is None:
             raise ConfigError("reindex needs an embedder")
         from .reindex import rebuild_tables

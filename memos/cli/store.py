@@ -128,7 +128,7 @@ def search(
 @guarded
 def reindex(
     db: Annotated[Path, typer.Argument(help="The memos store to re-embed.")],
-    embedder: Annotated[str, typer.Option(help="'local' or a pydantic-ai embedding model string.")] = "local",
+    embedder: Annotated[str, typer.Option(help="'local', a pydantic-ai embedding model string, or 'test' (pydantic-ai's TestEmbeddingModel, for tests).")] = "local",
 ) -> None:
     """Re-embed every record (after changing embedders, or to add vectors to a full-text-only store)."""
     mem = MemoryOS.open_sync(db, embedder=None)
