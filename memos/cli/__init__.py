@@ -21,6 +21,7 @@ from . import jobs as _jobs  # noqa: E402,F401
 from . import inspect as _inspect  # noqa: E402,F401
 from . import mcp as _mcp  # noqa: E402,F401
 from . import portability as _portability  # noqa: E402,F401
+from . import serve as _serve  # noqa: E402,F401
 from . import store as _store  # noqa: E402,F401
 
 __all__ = ["app", "main"]

@@ -75,3 +75,27 @@ def turn(
         report = run_sync(run_turn_bench(records, path=path, turns=turns, embedder=embedder,
                                          progress=lambda n, total: progress.update(task, completed=n, total=total)))
     emit_json(report, json_out)
+
+
+@bench_app.command("serve")
+def serve(
+    clients: Annotated[int, typer.Option(min=1, max=200, help="Concurrent HTTP clients.")] = 20,
+    writes: Annotated[int, typer.Option(min=1, max=1000, help="Writes per client.")] = 10,
+    searches: Annotated[int, typer.Option(min=0, max=1000, help="Searches per client.")] = 10,
+    servers: Annotated[int, typer.Option(min=1, max=8, help="Server processes on the one store.")] = 1,
+    embedder: Annotated[str, typer.Option(help="The servers' embedder: 'local' or 'none'.")] = "local",
+    s3: Annotated[bool, typer.Option("--s3", help="Put the store on a loopback S3 server (moto) instead of a directory.")] = False,
+    time_limit: Annotated[float, typer.Option(help="Give up after this many seconds of load.")] = 600.0,
+    json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
+) -> None:
+    """Load-test `memos serve` on loopback: throughput, p50/p95, and every acknowledged write present exactly once."""
+    from ..bench.serve import run_serve_bench
+
+    if writes * clients > 4 * 1000:
+        fail("at most 4,000 writes in all (the check reads each of the 4 users' 1,000 newest records)")
+    console.print(f"memos bench serve: {clients} clients × ({writes} writes + {searches} searches), {servers} server(s)"
+                  f"{' on loopback S3' if s3 else ''}, embedder {embedder}")
+    report = run_sync(run_serve_bench(clients, writes, searches, servers, embedder=embedder, s3=s3, time_limit=time_limit))
+    emit_json(report, json_out)
+    if report["lost"] or report["duplicated"]:
+        fail(f"{report['lost']} acknowledged writes lost, {report['duplicated']} duplicated")

@@ -1,0 +1,114 @@
+"""`memos serve` (the HTTP API and web view) and `memos keys` (its API keys, made offline)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._app import DbOption, app, console, embedder_choice, emit_json, fail, guarded, open_existing
+
+keys_app = typer.Typer(help="API keys of `memos serve` (stored hashed in the store).", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+StorageOpt = Annotated[list[str] | None, typer.Option("--storage-option", help="KEY=VALUE passed to LanceDB (object storage), repeatable.")]
+
+
+def _options(pairs: list[str] | None) -> dict[str, str] | None:
+    if not pairs:
+        return None
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--storage-option {pair!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+@app.command()
+@guarded
+def serve(
+    db: DbOption = Path("memos-data"),
+    host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8077,
+    admin_key: Annotated[str | None, typer.Option(envvar="MEMOS_ADMIN_KEY", help="Key for /admin and for approving vault reveals.")] = None,
+    model: Annotated[str | None, typer.Option(help="Chat model for /v1/chat, e.g. openai:gpt-4o-mini (none: chat off).")] = None,
+    embedder: Annotated[str, typer.Option(help="'local', 'none' (full-text only) or a pydantic-ai embedding model.")] = "local",
+    storage_option: StorageOpt = None,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="Server processes (spawned, sharing only the store).")] = 1,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+) -> None:
+    """Serve a store over HTTP: the /v1 API (OpenAPI at /openapi.json) and the web view at /ui."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError:
+        fail("memos serve needs its extra: pip install 'memos-memory[serve]'")
+    if "://" not in str(db) and not Path(db).exists():
+        fail(f"no memos store at {db} (create one with `memos init {db}`)")
+    if admin_key and len(admin_key) < 16:
+        fail("the admin key must be at least 16 characters")
+    options = _options(storage_option)
+    console.print(f"memos serve: {db} on http://{host}:{port} (web view /ui, API /v1, schema /openapi.json)"
+                  + ("" if admin_key else "; no admin key: /admin and vault reveals are off"))
+    if workers == 1:
+        from ..serve import ServeConfig, run
+
+        run(ServeConfig(uri=str(db), embedder=embedder_choice(embedder), admin_key=admin_key, model=model,
+                        storage_options=options), host=host, port=port, log_level=log_level)
+        return
+    # several processes: uvicorn spawns each worker, which builds its app from the environment
+    os.environ.update({"MEMOS_SERVE_DB": str(db), "MEMOS_SERVE_EMBEDDER": embedder, "MEMOS_SERVE_MODEL": model or "",
+                       "MEMOS_SERVE_OPTIONS": __import__("json").dumps(options or {})})
+    if admin_key:
+        os.environ["MEMOS_ADMIN_KEY"] = admin_key
+    uvicorn.run("memos.serve.workers:app_from_env", factory=True, host=host, port=port, workers=workers, log_level=log_level)
+
+
+@keys_app.command("create")
+@guarded
+def keys_create(
+    db: DbOption = Path("memos-data"),
+    user: Annotated[str, typer.Option("--user", "-u", help="The user whose memory the key opens.")] = "default",
+    agent: Annotated[str | None, typer.Option(help="Bind the key to one agent.")] = None,
+    name: Annotated[str, typer.Option(help="A label for the key.")] = "",
+    clearance: Annotated[str, typer.Option(help="none, low, medium or high: vault levels it may reveal (with approval).")] = "none",
+    storage_option: StorageOpt = None,
+) -> None:
+    """Make an API key (prints the token once; the store keeps only its hash)."""
+    from .._sync import run_sync
+    from ..memory import MemoryOS
+    from ..serve.tenancy import Tenants
+
+    if clearance not in ("none", "low", "medium", "high"):
+        fail("--clearance must be none, low, medium or high")
+    options = _options(storage_option)
+    memory = MemoryOS.open_sync(db, embedder=None, storage_options=options) if options else open_existing(db, embedder=None)
+    token, key = run_sync(Tenants(memory).create(user, agent_id=agent, name=name, clearance=clearance))  # type: ignore[arg-type]
+    console.print(f"key {key.key_id} for user {user!r}{f' agent {agent!r}' if agent else ''}; the token (shown once):")
+    print(token)
+
+
+@keys_app.command("list")
+@guarded
+def keys_list(db: DbOption = Path("memos-data"), user: Annotated[str | None, typer.Option("--user", "-u")] = None) -> None:
+    """The keys of a store (ids, users, clearances; never the tokens)."""
+    from .._sync import run_sync
+    from ..serve.tenancy import Tenants
+
+    emit_json([k.public() for k in run_sync(Tenants(open_existing(db, embedder=None)).list(user))])
+
+
+@keys_app.command("revoke")
+@guarded
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key id (from `memos keys list`).")], db: DbOption = Path("memos-data")) -> None:
+    """Revoke a key."""
+    from .._sync import run_sync
+    from ..serve.tenancy import Tenants
+
+    if not run_sync(Tenants(open_existing(db, embedder=None)).revoke(key_id)):
+        fail(f"no key {key_id!r}")
+    console.print(f"revoked {key_id}")

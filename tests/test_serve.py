@@ -1,0 +1,356 @@
+"""The served API (`memos serve`): records, search, messages, core, vault, chat, tenancy and bad input.
+
+Most tests run the app in-process through the ASGI transport on a real store with the real
+embedder; the last ones start real `memos serve` processes on loopback sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx2 as httpx
+import pytest
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.function import FunctionModel
+
+from memos.bench.serve import ServerProcess
+from memos.serve import ServeConfig, create_app
+from memos.serve.tenancy import KEY_PREFIX
+
+ADMIN = "admin-key-for-tests-0123456789"
+
+
+class Api:
+    """An ASGI client of one app with helpers for keys."""
+
+    def __init__(self, app, memory) -> None:
+        self.app = app
+        self.memory = memory
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://memos")
+
+    async def key(self, user: str, **options) -> dict[str, str]:
+        r = await self.http.post("/admin/keys", json={"user_id": user, **options}, headers={"Authorization": f"Bearer {ADMIN}"})
+        assert r.status_code == 201, r.text
+        return {"Authorization": f"Bearer {r.json()['token']}"}
+
+
+@pytest.fixture
+async def api(mem):
+    yield Api(create_app(ServeConfig(memory=mem, admin_key=ADMIN)), mem)
+
+
+def assert_error(r, status: int, kind: str | None = None) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and body["error"]["message"], body
+    assert "Traceback" not in r.text and 'File "' not in r.text
+    if kind:
+        assert body["error"]["type"] == kind, body
+    return body["error"]
+
+
+async def test_records_add_get_update_supersede_list_history_delete(api):
+    alice = await api.key("alice")
+    r = await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "Alice lives in Lisbon"}, headers=alice)
+    assert r.status_code == 201
+    fact = r.json()
+    assert fact["user_id"] == "alice" and fact["memory_type"] == "semantic"
+    got = (await api.http.get(f"/v1/stores/semantic/{fact['id']}", headers=alice)).json()
+    assert got["summary"] == "Alice lives in Lisbon"
+    r = await api.http.patch(f"/v1/stores/semantic/{fact['id']}", json={"importance": 0.9}, headers=alice)
+    assert r.json()["importance"] == 0.9
+    r = await api.http.post(f"/v1/stores/semantic/{fact['id']}/supersede", json={"subject": "alice", "summary": "Alice lives in Porto"},
+                            headers=alice)
+    assert r.status_code == 201
+    new_id = r.json()["id"]
+    active = (await api.http.get("/v1/stores/semantic", headers=alice)).json()["records"]
+    assert [f["summary"] for f in active] == ["Alice lives in Porto"]
+    every = (await api.http.get("/v1/stores/semantic", params={"status": "all"}, headers=alice)).json()["records"]
+    old = next(f for f in every if f["id"] == fact["id"])
+    assert old["status"] == "superseded" and old["superseded_by"] == new_id
+    history = (await api.http.get(f"/v1/stores/semantic/{fact['id']}/history", headers=alice)).json()["history"]
+    assert [h["op"] for h in history] == ["add", "update", "supersede"]
+    assert history[1]["actor"].startswith("api:")
+    assert (await api.http.delete(f"/v1/stores/semantic/{new_id}", headers=alice)).json() == {"deleted": new_id}
+    assert_error(await api.http.get(f"/v1/stores/semantic/{new_id}", headers=alice), 404, "not_found")
+    assert await api.memory.history(api.memory.scoped("alice").scope, new_id) == []
+
+
+async def test_search_with_budget_types_time_window_and_score_parts(api):
+    alice = await api.key("alice")
+    for body in ({"subject": "alice", "summary": "Alice is allergic to peanuts"},
+                 {"subject": "alice", "summary": "Alice's cat is called Miso"}):
+        await api.http.post("/v1/stores/semantic", json=body, headers=alice)
+    r = await api.http.post("/v1/stores/procedural", json={"summary": "How Alice bakes bread", "steps": ["mix", "knead", "bake"]},
+                            headers=alice)
+    assert r.status_code == 201, r.text
+    r = await api.http.post("/v1/search", json={"query": "what is Alice allergic to", "k": 2}, headers=alice)
+    hits = r.json()["hits"]
+    assert hits[0]["record"]["summary"] == "Alice is allergic to peanuts"
+    assert {"fused", "recency", "importance"} <= set(hits[0]["parts"])
+    r = await api.http.post("/v1/search", json={"query": "bread", "types": ["procedural"]}, headers=alice)
+    assert [h["store"] for h in r.json()["hits"]] == ["procedural"]
+    r = await api.http.post("/v1/search", json={"query": "Alice", "budget_tokens": 40}, headers=alice)
+    assert 0 < r.json()["tokens"] <= 40
+    r = await api.http.post("/v1/search", json={"query": "Alice", "until": "2020-01-01T00:00:00Z"}, headers=alice)
+    assert r.json()["hits"] == []
+
+
+async def test_messages_make_turns_a_timeline_with_provenance_and_a_compiled_context(api):
+    alice = await api.key("alice")
+    r = await api.http.post("/v1/messages", json={"session_id": "s1", "messages": [
+        {"role": "user", "text": "I started learning the violin last week"},
+        {"role": "assistant", "text": "How exciting! How are the lessons going?"}]}, headers=alice)
+    assert r.status_code == 201
+    first = r.json()["turns"][0]
+    await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "Alice learns the violin",
+                                                      "source_ids": [first["id"]]}, headers=alice)
+    turns = (await api.http.get("/v1/timeline", params={"session_id": "s1"}, headers=alice)).json()["turns"]
+    assert [t["summary"] for t in turns] == ["I started learning the violin last week", "How exciting! How are the lessons going?"]
+    assert [p["store"] for p in turns[0]["produced"]] == ["semantic"]
+    ctx = (await api.http.get("/v1/context", params={"session_id": "s1"}, headers=alice)).json()
+    assert ctx["turns"] == 2 and ctx["sections"]["turns"] > 0 and ctx["sections"]["core"] > 0
+    assert 0 < ctx["total"] <= ctx["budget"]
+    assert "violin" in ctx["system_prompt"]  # the fact was paged in
+    stores = {s["name"]: s["count"] for s in (await api.http.get("/v1/stores", headers=alice)).json()["stores"]}
+    assert stores["episodic"] == 2 and stores["semantic"] == 1
+
+
+async def test_core_blocks_read_and_edit_and_the_limit_is_kept(api, snapshot):
+    alice = await api.key("alice", agent_id="helper")
+    blocks = (await api.http.get("/v1/core", headers=alice)).json()["blocks"]
+    assert [b["label"] for b in blocks] == ["persona", "human"]
+    r = await api.http.post("/v1/core/human/append", json={"text": "Name: Alice."}, headers=alice)
+    assert r.json()["value"].endswith("Name: Alice.")
+    r = await api.http.post("/v1/core/human/replace", json={"old": "Alice", "new": "Alice Smith"}, headers=alice)
+    assert "Alice Smith" in r.json()["value"]
+    before = await snapshot(api.memory)
+    limit = r.json()["limit"]
+    assert_error(await api.http.put("/v1/core/human", json={"value": "x" * (limit + 1)}, headers=alice), 422, "block_limit")
+    assert_error(await api.http.post("/v1/core/nope/append", json={"text": "hi"}, headers=alice), 404, "unknown_block")
+    assert_error(await api.http.post("/v1/core/human/replace", json={"old": "absent", "new": "x"}, headers=alice), 422)
+    assert await snapshot(api.memory) == before
+
+
+async def test_a_key_sees_only_its_scope_and_no_request_can_name_another(api):
+    alice, bob = await api.key("alice"), await api.key("bob")
+    helper = await api.key("alice", agent_id="helper")
+    r = await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "Alice's PIN hint is the cat"}, headers=alice)
+    secret_id = r.json()["id"]
+    await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "helper-only note about the cat"}, headers=helper)
+    # bob: not found anywhere, cannot change or delete it, cannot write into alice's scope
+    assert_error(await api.http.get(f"/v1/stores/semantic/{secret_id}", headers=bob), 404)
+    assert_error(await api.http.patch(f"/v1/stores/semantic/{secret_id}", json={"importance": 1}, headers=bob), 404)
+    assert_error(await api.http.delete(f"/v1/stores/semantic/{secret_id}", headers=bob), 404)
+    assert (await api.http.post("/v1/search", json={"query": "cat PIN"}, headers=bob)).json()["hits"] == []
+    assert (await api.http.get("/v1/stores/semantic", headers=bob)).json()["records"] == []
+    assert (await api.http.get("/v1/timeline", headers=bob)).json()["turns"] == []
+    err = assert_error(await api.http.post("/v1/stores/semantic", json={"user_id": "alice", "summary": "planted"}, headers=bob), 422)
+    assert "API key" in err["message"]
+    assert_error(await api.http.post("/v1/stores/semantic", json={"agent_id": "helper", "summary": "planted"}, headers=alice), 422)
+    # the agent-bound key sees its agent's records only; the user-wide key sees both
+    helper_hits = (await api.http.post("/v1/search", json={"query": "cat"}, headers=helper)).json()["hits"]
+    assert [h["record"]["summary"] for h in helper_hits] == ["helper-only note about the cat"]
+    assert len((await api.http.post("/v1/search", json={"query": "cat"}, headers=alice)).json()["hits"]) == 2
+    assert_error(await api.http.delete("/v1/memory", params={"confirm": "alice"}, headers=helper), 403, "agent_key")
+    assert (await api.http.get("/v1/stores/semantic", headers=alice)).json()["records"]
+
+
+async def test_keys_are_stored_hashed_checked_and_revocable(api):
+    r = await api.http.post("/admin/keys", json={"user_id": "carol", "name": "app1"}, headers={"Authorization": f"Bearer {ADMIN}"})
+    token, key_id = r.json()["token"], r.json()["key"]["key_id"]
+    meta = await api.memory.storage.get_meta()
+    stored = {k: v for k, v in meta.items() if k.startswith(KEY_PREFIX)}
+    assert len(stored) == 1 and token not in json.dumps(stored) and key_id in next(iter(stored))
+    carol = {"Authorization": f"Bearer {token}"}
+    assert (await api.http.get("/v1/core", headers=carol)).status_code == 200
+    assert (await api.http.get("/v1/core", headers={"X-API-Key": token})).status_code == 200
+    assert_error(await api.http.get("/v1/core"), 401, "unauthorized")
+    assert_error(await api.http.get("/v1/core", headers={"Authorization": "Bearer mk_guessed"}), 401)
+    assert_error(await api.http.get("/admin/keys", headers=carol), 401)  # a tenant key is not the admin key
+    listed = (await api.http.get("/admin/keys", headers={"Authorization": f"Bearer {ADMIN}"})).json()["keys"]
+    assert [k["key_id"] for k in listed] == [key_id] and "token" not in listed[0]
+    assert (await api.http.delete(f"/admin/keys/{key_id}", headers={"Authorization": f"Bearer {ADMIN}"})).status_code == 200
+    assert_error(await api.http.get("/v1/core", headers=carol), 401)
+    assert_error(await api.http.delete("/admin/keys/nope", headers={"Authorization": f"Bearer {ADMIN}"}), 404, "unknown_key")
+
+
+async def test_admin_routes_are_off_without_an_admin_key(mem):
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(ServeConfig(memory=mem))), base_url="http://memos")
+    assert_error(await http.post("/admin/keys", json={"user_id": "x"}, headers={"Authorization": "Bearer anything"}), 403, "admin_disabled")
+
+
+async def test_bad_input_gets_a_4xx_naming_the_fix_and_changes_nothing(api, snapshot):
+    alice = await api.key("alice")
+    r = await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "kept"}, headers=alice)
+    fact_id = r.json()["id"]
+    before = await snapshot(api.memory)
+    json_headers = {**alice, "Content-Type": "application/json"}
+    cases = [
+        (api.http.post("/v1/stores/semantic", content=b"{not json", headers=json_headers), 422),
+        (api.http.post("/v1/stores/semantic", json=["a", "list"], headers=alice), 422),
+        (api.http.post("/v1/stores/semantic", json={"summary": "x", "importance": 7}, headers=alice), 422),
+        (api.http.post("/v1/stores/semantic", json={"summary": "x", "colour": "red"}, headers=alice), 422),
+        (api.http.post("/v1/stores/semantic", json={"id": "mine", "summary": "x"}, headers=alice), 422),
+        (api.http.post("/v1/stores/vault", json={"secret": "hunter2"}, headers=alice), 422),
+        (api.http.post("/v1/stores/nope", json={"summary": "x"}, headers=alice), 404),
+        (api.http.patch(f"/v1/stores/semantic/{fact_id}", json={"user_id": "bob"}, headers=alice), 422),
+        (api.http.patch(f"/v1/stores/semantic/{fact_id}", json={}, headers=alice), 422),
+        (api.http.patch(f"/v1/stores/semantic/{fact_id}", json={"importance": "high"}, headers=alice), 422),
+        (api.http.patch("/v1/stores/semantic/bad id!", json={"importance": 0.1}, headers=alice), 400),
+        (api.http.post("/v1/search", json={"query": "x", "k": 10_000}, headers=alice), 422),
+        (api.http.post("/v1/search", json={"query": "x", "k": 0}, headers=alice), 422),
+        (api.http.post("/v1/search", json={"query": "x", "budget_tokens": 10**9}, headers=alice), 422),
+        (api.http.post("/v1/search", json={"query": ""}, headers=alice), 422),
+        (api.http.post("/v1/search", json={"query": "x", "types": ["nope"]}, headers=alice), 404),
+        (api.http.post("/v1/search", json={"query": "x", "since": "yesterday-ish"}, headers=alice), 422),
+        (api.http.post("/v1/messages", json={"messages": []}, headers=alice), 422),
+        (api.http.post("/v1/messages", json={"messages": [{"role": "system", "text": "obey"}]}, headers=alice), 422),
+        (api.http.post("/v1/messages", json={"messages": [{"text": "x"}] * 500}, headers=alice), 422),
+        (api.http.post("/v1/messages", json={"session_id": "a\x00b", "messages": [{"text": "x"}]}, headers=alice), 400),
+        (api.http.post("/v1/stores/resource", content=b"{" + b" " * 2_000_000 + b"}", headers=json_headers), 413),
+        (api.http.get("/v1/stores/semantic", params={"limit": 10**6}, headers=alice), 422),
+        (api.http.delete("/v1/memory", params={"confirm": "bob"}, headers=alice), 422),
+        (api.http.get("/v1/nowhere", headers=alice), 404),
+        (api.http.put("/v1/search", json={}, headers=alice), 405),
+    ]
+    for request, status in cases:
+        r = await request
+        error = assert_error(r, status)
+        assert len(error["message"]) > 15, error
+    assert await snapshot(api.memory) == before
+
+
+async def test_an_unexpected_failure_is_a_bare_500_without_a_trace(api, monkeypatch):
+    alice = await api.key("alice")
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire at /secret/path")
+
+    monkeypatch.setattr(api.memory, "search", broken)
+    error = assert_error(await api.http.post("/v1/search", json={"query": "x"}, headers=alice), 500, "internal")
+    assert "fire" not in error["message"]
+
+
+async def test_vault_secrets_leave_only_through_an_approved_audited_reveal(api):
+    plain, cleared = await api.key("alice"), await api.key("alice", clearance="high", name="ops")
+    r = await api.http.post("/v1/stores/vault", json={"caption": "bank PIN", "secret": "4711-0815", "sensitivity": "medium"},
+                            headers=plain)
+    item = r.json()
+    assert item["secret"] == ""
+    leaks = [await api.http.get(f"/v1/stores/vault/{item['id']}", headers=plain), await api.http.get("/v1/stores/vault", headers=plain),
+             await api.http.post("/v1/search", json={"query": "bank PIN", "types": ["vault"]}, headers=plain),
+             await api.http.get("/v1/export", headers=plain), await api.http.get("/v1/history", headers=plain),
+             await api.http.get(f"/v1/stores/vault/{item['id']}/history", headers=plain)]
+    for r in leaks:
+        assert r.status_code == 200 and "4711-0815" not in r.text
+    url = f"/v1/vault/{item['id']}/reveal"
+    assert_error(await api.http.post(url, headers=plain), 403, "no_clearance")
+    assert_error(await api.http.post(url, headers=cleared), 403, "approval_required")
+    assert_error(await api.http.post(url, headers={**cleared, "X-Memos-Approval": "wrong"}), 403, "approval_required")
+    r = await api.http.post(url, headers={**cleared, "X-Memos-Approval": ADMIN})
+    assert r.status_code == 200 and r.json()["secret"] == "4711-0815" and r.headers["cache-control"] == "no-store"
+    low = await api.key("alice", clearance="low")
+    assert_error(await api.http.post(url, headers={**low, "X-Memos-Approval": ADMIN}), 403, "vault_refused")
+    history = (await api.http.get(f"/v1/stores/vault/{item['id']}/history", headers=plain)).json()["history"]
+    assert [(h["op"], h["note"]) for h in history[1:]] == [("reveal", "secret revealed"), ("reveal", "refused: medium item, low clearance")]
+    assert "ops" in history[1]["actor"]
+
+
+def _model(messages, info):
+    return ModelResponse(parts=[TextPart("Noted: you like the violin.")])
+
+
+async def test_chat_turns_through_the_agent_plain_and_streamed(mem):
+    app = create_app(ServeConfig(memory=mem, admin_key=ADMIN, model=FunctionModel(_model)))
+    api = Api(app, mem)
+    alice = await api.key("alice")
+    r = await api.http.post("/v1/chat", json={"message": "I play the violin", "session_id": "c1"}, headers=alice)
+    assert r.status_code == 200 and r.json()["reply"] == "Noted: you like the violin."
+    assert r.json()["context"]["sections"]["turns"] > 0
+    async with api.http.stream("POST", "/v1/chat", json={"message": "and the piano", "session_id": "c1", "stream": True},
+                               headers=alice) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        text = "".join([chunk async for chunk in response.aiter_text()])
+    events = [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("event:")]
+    assert events == ["started", "reply", "done"]
+    turns = (await api.http.get("/v1/timeline", params={"session_id": "c1"}, headers=alice)).json()["turns"]
+    # the test clock stands still, so the four turns share one time: compare them as a set
+    assert sorted(t["summary"] for t in turns) == ["I play the violin", "Noted: you like the violin.", "Noted: you like the violin.",
+                                                   "and the piano"]
+
+
+async def test_chat_without_a_model_says_how_to_configure_one(api):
+    alice = await api.key("alice")
+    error = assert_error(await api.http.post("/v1/chat", json={"message": "hi"}, headers=alice), 409, "no_model")
+    assert "--model" in error["message"]
+
+
+async def test_export_jobs_and_forget(api):
+    alice, bob = await api.key("alice"), await api.key("bob")
+    await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "Alice likes jazz"}, headers=alice)
+    await api.http.post("/v1/stores/semantic", json={"subject": "bob", "summary": "Bob likes folk"}, headers=bob)
+    lines = (await api.http.get("/v1/export", headers=alice)).text.splitlines()
+    kinds = [json.loads(line)["kind"] for line in lines]
+    assert kinds[0] == "header" and "record" in kinds and "Bob" not in "".join(lines)
+    assert (await api.http.get("/v1/jobs", headers=alice)).json() == {"jobs": []}
+    r = await api.http.delete("/v1/memory", params={"confirm": "alice"}, headers=alice)
+    assert r.json()["removed"]["semantic"] == 1
+    assert (await api.http.get("/v1/stores/semantic", headers=alice)).json()["records"] == []
+    assert len((await api.http.get("/v1/stores/semantic", headers=bob)).json()["records"]) == 1
+
+
+async def test_the_openapi_schema_describes_the_api(api):
+    schema = (await api.http.get("/openapi.json")).json()
+    for path in ("/v1/stores/{store}", "/v1/stores/{store}/{record_id}", "/v1/search", "/v1/messages", "/v1/core",
+                 "/v1/chat", "/v1/export", "/v1/memory", "/v1/jobs", "/v1/vault/{record_id}/reveal", "/admin/keys", "/v1/events"):
+        assert path in schema["paths"], path
+
+
+# --- real servers on loopback sockets ------------------------------------------------------------
+
+@pytest.fixture
+def store_dir(tmp_path):
+    path = tmp_path / "served"
+    path.mkdir()
+    return str(path)
+
+
+def test_a_real_server_on_loopback_writes_searches_and_pushes_events(store_dir):
+    with ServerProcess(store_dir) as server:
+        alice = {"Authorization": f"Bearer {server.make_key('alice')}"}
+        with httpx.Client(base_url=server.url, headers=alice, timeout=30) as http:
+            with http.stream("GET", "/v1/events") as events:
+                lines = (line for line in events.iter_lines() if line)
+                assert next(lines) == ": connected"
+                r = http.post("/v1/messages", json={"messages": [{"text": "hello from a socket"}]})
+                assert r.status_code == 201
+                frame = [next(lines), next(lines)]
+            assert frame[0] == "event: turn" and json.loads(frame[1].removeprefix("data: "))["user_id"] == "alice"
+            hits = http.post("/v1/search", json={"query": "socket"}).json()["hits"]
+            assert [h["record"]["summary"] for h in hits] == ["hello from a socket"]
+            assert http.get("/ui").status_code == 200 and "memos" in http.get("/ui").text
+            assert http.get("/ui/view.js").status_code == 200
+
+
+def test_two_server_processes_share_one_store_and_its_keys(store_dir):
+    with ServerProcess(store_dir) as first:
+        with ServerProcess(store_dir, admin_key=first.admin_key) as second:
+            token = first.make_key("team")
+            time.sleep(1.6)  # a key made in one process works in the others within ~1.5 s (read consistency + miss cache)
+            headers = {"Authorization": f"Bearer {token}"}
+            ids = []
+            for i, server in enumerate([first, second] * 3):
+                r = httpx.post(server.url + "/v1/stores/semantic", json={"subject": "team", "summary": f"note {i}"},
+                               headers=headers, timeout=30)
+                assert r.status_code == 201, r.text
+                ids.append(r.json()["id"])
+            time.sleep(1.2)  # another process's commits are visible within 1 s
+            for server in (first, second):
+                records = httpx.get(server.url + "/v1/stores/semantic", headers=headers, timeout=30).json()["records"]
+                assert sorted(r["id"] for r in records) == sorted(ids)
+            key_id = httpx.get(first.url + "/admin/keys", headers={"Authorization": f"Bearer {first.admin_key}"}).json()["keys"][0]["key_id"]
+            httpx.delete(first.url + f"/admin/keys/{key_id}", headers={"Authorization": f"Bearer {first.admin_key}"})
+            time.sleep(5.5)  # the other process re-reads keys within CACHE_SECONDS
+            assert httpx.get(second.url + "/v1/core", headers=headers).status_code == 401

@@ -1,0 +1,90 @@
+"""The web view in a real headless Chromium (Debian's chromium + chromedriver, driven by selenium).
+
+A message posted through the API must appear in the view's timeline (pushed by server-sent
+events, no reload) and the compiled context must render a token bar per section. Outside CI
+the test skips when no Chromium is installed; in CI (CI=true) a missing browser fails it.
+Set MEMOS_SCREENSHOTS=dir to save the screenshots the README shows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from memos.bench.serve import ServerProcess
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+
+if not (CHROMIUM and DRIVER):
+    if os.environ.get("CI") == "true":
+        raise RuntimeError("CI must run the browser test: install chromium and chromium-driver (apt) in .ci/run")
+    pytest.skip("no chromium/chromedriver installed (apt-get install chromium chromium-driver)", allow_module_level=True)
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+@pytest.fixture
+def browser():
+    profile = tempfile.mkdtemp(prefix="memos-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1280,1000",
+                 f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=DRIVER), options=options)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_a_message_posted_through_the_api_appears_live_and_the_context_bars_render(tmp_path, browser):
+    store = tmp_path / "db"
+    store.mkdir()
+    with ServerProcess(str(store)) as server:
+        token = server.make_key("alice", name="web")
+        headers = {"Authorization": f"Bearer {token}"}
+        httpx.post(server.url + "/v1/messages", headers=headers, timeout=30, json={"messages": [
+            {"role": "user", "text": "I adopted a cat called Miso"}, {"role": "assistant", "text": "Congratulations! How old is Miso?"}]})
+        browser.get(f"{server.url}/ui#key={token}")
+        wait = WebDriverWait(browser, 30)
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#timeline .turn")) == 2)
+        wait.until(lambda d: d.find_element(By.ID, "live").text == "live")
+        assert "#key" not in browser.current_url  # the key leaves the address bar at once
+
+        r = httpx.post(server.url + "/v1/messages", headers=headers, timeout=30,
+                       json={"messages": [{"role": "user", "text": "Miso is two years old and loves the violin case"}]})
+        turn_id = r.json()["turns"][0]["id"]
+        httpx.post(server.url + "/v1/stores/semantic", headers=headers, timeout=30,
+                   json={"subject": "Miso", "summary": "Alice's cat Miso is two years old", "source_ids": [turn_id]})
+        wait.until(lambda d: "loves the violin case" in d.find_element(By.ID, "timeline").text)  # pushed, not reloaded
+        newest = browser.find_elements(By.CSS_SELECTOR, "#timeline .turn")[0]
+        assert newest.get_attribute("data-id") == turn_id
+        wait.until(lambda d: "semantic: Miso" in d.find_element(By.ID, "timeline").text)  # provenance chip
+
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#context .section")) >= 5)
+        bars = {row.get_attribute("data-label"): row.find_element(By.CSS_SELECTOR, ".fill").size["width"]
+                for row in browser.find_elements(By.CSS_SELECTOR, "#context .section")}
+        assert bars["turns"] > 0 and bars["core"] > 0 and bars["instructions"] > 0
+        assert "3 turns in context" in browser.find_element(By.ID, "context-total").text.lower()
+        counts = {li.get_attribute("data-store"): li.text for li in browser.find_elements(By.CSS_SELECTOR, "#stores .store")}
+        assert counts["episodic"].endswith("3") and counts["semantic"].endswith("1")
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#core .block")) == 2
+
+        browser.find_element(By.ID, "query").send_keys("how old is the cat")
+        browser.find_element(By.CSS_SELECTOR, "#search-form button").click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#results .hit"))
+        assert "fused" in browser.find_element(By.CSS_SELECTOR, "#results .hit .parts").text
+
+        shots = os.environ.get("MEMOS_SCREENSHOTS")
+        if shots:
+            Path(shots).mkdir(parents=True, exist_ok=True)
+            browser.save_screenshot(str(Path(shots) / "web-view.png"))
