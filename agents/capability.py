@@ -44,8 +44,7 @@ class MemosInstructions:
         in_context = {t.id for t in session.context}
         hits = []
         if prompt.strip():
-            types = [t for t in session.memory.type_names if t != "core"]
-            hits = [h for h in await session.memory.search(prompt, session.retrieval_scope, types=types, k=self.k)
+            hits = [h for h in await session.memory.search(prompt, session.retrieval_scope, k=self.k)
                     if h.id not in in_context]
         return prompts.render("mounted.j2", blocks=blocks, memories=[h.record.render() for h in hits])
 

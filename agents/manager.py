@@ -107,7 +107,7 @@ class MemoryManager:
         self.agent.output_validator(self._check)
 
     def _stores(self) -> list[type[MemoryRecord]]:
-        return [t for name, t in self.memory.types.items() if name not in ("core", "vault")]
+        return [t for t in self.memory.types.values() if t.model_writable]
 
     async def run(self, turns: Sequence[Episode]) -> ManagerReport:
         """Decide and apply what to keep from `turns` (one model request unless the plan needs fixing)."""
@@ -115,7 +115,7 @@ class MemoryManager:
         if not turns:
             return report
         query = " ".join(t.summary for t in turns)[-2000:]
-        related = await self.memory.search(query, self.read_scope, types=[t.memory_type for t in self._stores() if t.memory_type != "episodic"],
+        related = await self.memory.search(query, self.read_scope, types=[t.memory_type for t in self._stores() if not t.holds_turns],
                                            k=self.related_k)
         stores = [{"name": t.memory_type, "description": t.description,
                    "fields": {n: str(f.annotation).replace("typing.", "") for n, f in t.model_fields.items()

@@ -89,12 +89,13 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
     @toolset.tool_plain
     async def memory_search(query: str, stores: list[str] | None = None, since: str | None = None,
                             until: str | None = None, k: int = 8) -> str:
-        """Search long-term memory. stores: any of the store names (default all); since/until: ISO dates."""
+        """Search long-term memory. stores: any of the store names (default: all but core, which is
+        already in your prompt); since/until: ISO dates."""
         if not query.strip():
             raise ModelRetry("query is empty; say what to look for")
         if not 1 <= k <= MAX_K:
             raise ModelRetry(f"k must be between 1 and {MAX_K}")
-        names = _stores(deps, stores)
+        names = _stores(deps, stores) if stores else memory.searchable_types
         start, end = parse_when(since, "since"), parse_when(until, "until")
         try:
             hits = await memory.search(query, deps.read_scope, types=names, k=k, since=start, until=end)
@@ -121,11 +122,11 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
     async def memory_insert(store: str, fields: dict[str, Any]) -> str:
         """Save a new memory: store is semantic, procedural, episodic, resource (or a custom store);
         fields are that store's fields (e.g. semantic: subject, summary, details)."""
-        if store in ("core", "vault"):
-            tool = "core_memory_append" if store == "core" else "vault_store"
-            raise ModelRetry(f"use {tool} to write to the {store} store")
-        names = _stores(deps, [store])
-        record_type = memory.record_type(names[0])
+        record_type = memory.record_type(_stores(deps, [store])[0])
+        if not record_type.model_writable:
+            tool = ("core_memory_append" if record_type.always_in_prompt else
+                    "vault_store" if record_type.secret_fields else None)
+            raise ModelRetry(f"use {tool} to write to the {store} store" if tool else f"the {store} store is read-only for you")
         allowed = set(record_type.content_fields()) | INSERTABLE_FIELDS
         unknown = set(fields) - allowed
         if unknown:

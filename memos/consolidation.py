@@ -10,7 +10,8 @@ in history and nothing is deleted:
   access counts and the best importance. The others are archived with `superseded_by` set to
   the survivor and the tag `merged`. Episodes only merge when actor and time are equal too
   (a double-ingested turn), never because two different moments said the same words; episodes
-  and resource chunks never merge by similarity alone (`NEAR_DUPLICATE_TYPES`).
+  and resource chunks never merge by similarity alone (only types declaring
+  `merge_near_duplicates` do).
 - **supersede** (facts, no model): two active facts with the same subject and the same
   attribute but different values contradict; the newer one wins (by `valid_from`, else
   `created_at`). The older closes its validity (`valid_to` = the newer's start), gets
@@ -33,7 +34,6 @@ from memos.memtypes import MemoryRecord
 __all__ = [
     "ConsolidationPlan",
     "Merge",
-    "NEAR_DUPLICATE_TYPES",
     "Supersede",
     "apply_plan",
     "fact_key",
@@ -43,10 +43,6 @@ __all__ = [
     "plan_contradictions",
     "plan_merges",
 ]
-
-NEAR_DUPLICATE_TYPES = frozenset({"semantic", "procedural"})
-"""Stores whose near-duplicates (by vector) merge. Episodes and resource chunks merge only when
-identical: two chunks of a document or two moments may be alike and still both matter."""
 
 _WORDS = re.compile(r"[^\w']+", re.UNICODE)
 _RELATIONS = {
@@ -149,10 +145,7 @@ def _similar_pairs(records: list[MemoryRecord], vectors: dict[str, list[float]],
 
 
 def _dup_key(record: MemoryRecord) -> tuple[Any, ...]:
-    text = normalize_text(record.index_text())
-    if record.memory_type == "episodic":
-        return (getattr(record, "actor", ""), record.event_time(), text)
-    return (text,)
+    return (*record.duplicate_key(), normalize_text(record.index_text()))
 
 
 def _start(record: MemoryRecord) -> datetime:
@@ -185,7 +178,7 @@ def plan_merges(records: Sequence[MemoryRecord], vectors: dict[str, list[float]]
             reasons[r.id] = "same text"
         else:
             first[key] = r.id
-    if vectors and similarity < 1.0 and active and active[0].memory_type in NEAR_DUPLICATE_TYPES:
+    if vectors and similarity < 1.0 and active and active[0].merge_near_duplicates:
         for a, b, score in _similar_pairs([r for r in active if vectors.get(r.id)], vectors, similarity):
             if find(a.id) == find(b.id):
                 continue
@@ -228,7 +221,7 @@ def plan_contradictions(records: Sequence[MemoryRecord], *, exclude: set[str] = 
 
     by_key: dict[tuple[str, str], list[tuple[MemoryRecord, str]]] = {}
     for r in records:
-        if r.status != "active" or r.id in exclude or r.memory_type != "semantic":
+        if r.status != "active" or r.id in exclude or not r.supersede_contradictions:
             continue
         key = fact_key(r)
         if key is not None:
@@ -251,7 +244,7 @@ def plan_consolidation(memory_type: str, records: Sequence[MemoryRecord], vector
     by_id = {r.id: r for r in records}
     restated = {m.survivor_id: max(_start(by_id[i]) for i in (m.survivor_id, *m.merged_ids)) for m in merges}
     supersedes = (plan_contradictions(records, exclude=merged, starts=restated)
-                  if contradictions and memory_type == "semantic" else [])
+                  if contradictions else [])
     return ConsolidationPlan(memory_type, merges, supersedes)
 
 

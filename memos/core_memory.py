@@ -110,9 +110,9 @@ class CoreMemory:
     # --- internals -----------------------------------------------------------------------
 
     async def _current(self) -> list[CoreBlock]:
-        own = await self.memory.list(self.own_scope, "core", limit=None)
+        own = await self.memory.list(self.own_scope, CoreBlock, limit=None)
         shared = [] if self.own_scope == self.shared_scope else [
-            b for b in await self.memory.list(self.shared_scope, "core", limit=None) if SHARED_TAG in b.tags
+            b for b in await self.memory.list(self.shared_scope, CoreBlock, limit=None) if SHARED_TAG in b.tags
         ]
         by_label: dict[str, CoreBlock] = {}
         for block in [*shared, *own]:  # the agent's own block wins over a shared one of the same label
@@ -146,4 +146,4 @@ class CoreMemory:
         successor = CoreBlock(label=block.label, block_description=block.block_description, value=value,
                               limit=block.limit, read_only=block.read_only, tags=block.tags,
                               importance=block.importance, source_ids=[block.id])
-        return await self.memory.supersede(scope, "core", block.id, successor, actor=actor)  # type: ignore[return-value]
+        return await self.memory.supersede(scope, CoreBlock, block.id, successor, actor=actor)  # type: ignore[return-value]

@@ -7,7 +7,8 @@
 with age measured from the later of `last_accessed` and `created_at`. Weights are normalized to
 sum to 1, so the score is in [0, 1]. A record is archived (status "archived", never deleted,
 history kept) when its score is below `threshold` and it is at least `min_age_days` old.
-Core blocks and vault items are never touched, whatever the policy says.
+Only stores whose type declares `decays` are touched (not core blocks or vault items, whatever
+the policy says); a user's own type opts in by setting it.
 `plan_decay` is pure; `apply_decay` archives through `MemoryOS`.
 """
 
@@ -23,10 +24,7 @@ from memos.memtypes import MemoryRecord
 
 from .exceptions import ConfigError
 
-__all__ = ["DecayPolicy", "NEVER_DECAY", "apply_decay", "plan_decay", "retention_score"]
-
-NEVER_DECAY = frozenset({"core", "vault"})
-"""Stores decay never archives from."""
+__all__ = ["DecayPolicy", "apply_decay", "plan_decay", "retention_score"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +42,9 @@ class DecayPolicy:
     w_access: float = 0.15
     saturating_accesses: int = 10
     """Access count at which the access term reaches 1."""
-    types: tuple[str, ...] = ("episodic", "semantic", "procedural", "resource")
-    """Stores decay looks at (core and vault are always excluded)."""
+    types: tuple[str, ...] | None = None
+    """Stores decay looks at (None: every store whose type declares `decays`; a named store that
+    does not declare it is still left alone)."""
 
     def __post_init__(self) -> None:
         if self.half_life_days <= 0 or min(self.w_recency, self.w_importance, self.w_access) < 0:
@@ -68,7 +67,7 @@ def plan_decay(records: Sequence[MemoryRecord], now: datetime, policy: DecayPoli
     """(memory_type, id, score) of every active record to archive, lowest score first."""
     out = []
     for record in records:
-        if record.memory_type in NEVER_DECAY or record.status != "active":
+        if not record.decays or record.status != "active":
             continue
         if (now - record.created_at).total_seconds() < policy.min_age_days * 86400.0:
             continue
@@ -84,8 +83,8 @@ async def apply_decay(memory: Any, scope: Any, policy: DecayPolicy = DecayPolicy
     now = memory.clock()
     archived: dict[str, int] = {}
     scanned = 0
-    for name in policy.types:
-        if name in NEVER_DECAY or name not in memory.types:
+    for name in memory.types if policy.types is None else policy.types:
+        if name not in memory.types or not memory.types[name].decays:
             continue
         records = await memory.list(scope, name, status="active", limit=limit)
         scanned += len(records)

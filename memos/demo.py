@@ -154,7 +154,7 @@ async def _recall(memory: MemoryOS, scope: Scope, questions: list[dict[str, str]
         if agent is not None:
             lines = [await agent.chat(q["question"])]
         else:
-            hits = await memory.search(q["question"], scope, k=3, types=[t for t in memory.type_names if t != "core"])
+            hits = await memory.search(q["question"], scope, k=3, types=memory.searchable_types)
             lines = [h.record.render() for h in hits]
         found = any(q["expect"].lower() in line.lower() for line in lines)
         answers.append(DemoAnswer(question=q["question"], expect=q["expect"], answer=lines, found=found))

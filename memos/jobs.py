@@ -56,9 +56,6 @@ __all__ = [
 
 log = logging.getLogger("memos.jobs")
 
-CONSOLIDATE_TYPES = ("semantic", "procedural", "resource", "episodic")
-"""Stores consolidation merges duplicates in (never core or vault)."""
-
 
 @dataclass(frozen=True)
 class ReflectionPolicy:
@@ -104,8 +101,8 @@ async def reflection_state(memory: Any, scope: Scope, meta: dict[str, str] | Non
 
 async def _new_episodes(memory: Any, scope: Scope, since: datetime | None) -> list[MemoryRecord]:
     where = Where(scope).status_in(("active",)).time_range("created_at", since + timedelta(microseconds=1) if since else None, None)
-    rows = await memory.storage.rows("episodic", where.build())
-    table = memory.storage.type_table("episodic")
+    rows = await memory.storage.rows(memory.turn_type, where.build())
+    table = memory.storage.type_table(memory.turn_type)
     return sorted((table.to_record(r) for r in rows), key=lambda r: (r.created_at, r.id))
 
 
@@ -150,17 +147,18 @@ async def _vectors(memory: Any, name: str, scope: Scope) -> dict[str, list[float
     return {r["id"]: r["vector"] for r in rows if r.get("vector") is not None}
 
 
-async def consolidate(memory: Any, scope: Scope, *, model: Any = None, types: Sequence[str] = CONSOLIDATE_TYPES,
+async def consolidate(memory: Any, scope: Scope, *, model: Any = None, types: Sequence[str] | None = None,
                       similarity: float = 0.95) -> dict[str, Any]:
-    """Merge duplicates and supersede contradicted facts in every store of `scope`."""
+    """Merge duplicates and supersede contradicted facts in every store of `scope` whose type
+    declares `consolidate` (`types` narrows it; a named store that does not declare it is left alone)."""
     totals: dict[str, Any] = {"merged": 0, "superseded": 0, "skipped": 0, "by_type": {}}
-    for name in types:
-        if name in ("core", "vault") or name not in memory.types:
+    for name in memory.types if types is None else types:
+        if name not in memory.types or not memory.types[name].consolidate:
             continue
         records = await memory.list(scope, name, status="active", limit=None)
         plan = plan_consolidation(name, records, await _vectors(memory, name, scope), similarity=similarity,
                                   contradictions=model is None)
-        if model is not None and name == "semantic":
+        if model is not None and memory.types[name].supersede_contradictions:
             plan = await _model_contradictions(model, plan, records, memory.clock())
         done = await apply_plan(memory, scope, plan)
         totals["by_type"][name] = done
@@ -213,7 +211,7 @@ async def maintain_tables(memory: Any, scope: Scope | None = None, *, min_rows: 
 
 def _decay_policy(options: dict[str, Any]) -> DecayPolicy:
     fields = {k: v for k, v in options.items() if k in DecayPolicy.__dataclass_fields__}
-    if "types" in fields:
+    if fields.get("types") is not None:
         fields["types"] = tuple(fields["types"])
     return DecayPolicy(**fields)
 
@@ -246,7 +244,7 @@ async def run_job(memory: Any, kind: str, scope: Scope, *, model: Any = None, op
                 outcome.update(await reflect(memory, scope, model=model, policy=_reflection_policy(opts), force=opts.get("force", False)))
             elif kind == "consolidate":
                 outcome.update(await consolidate(memory, scope, model=model, similarity=opts.get("similarity", 0.95),
-                                                 types=opts.get("types", CONSOLIDATE_TYPES)))
+                                                 types=opts.get("types")))
             elif kind == "decay":
                 outcome.update(await decay(memory, scope, policy=_decay_policy(opts)))
             else:

@@ -111,8 +111,14 @@ class MemoryOS:
 
     @property
     def searchable_types(self) -> list[str]:
-        """The stores a search covers by default: all but core (its blocks are always in the prompt)."""
-        return [name for name in self.types if name != "core"]
+        """The stores a search covers by default: those whose type declares `searched_by_default`
+        (all but core, whose blocks are always in the prompt)."""
+        return [name for name, record_type in self.types.items() if record_type.searched_by_default]
+
+    @property
+    def turn_type(self) -> str:
+        """The store that holds conversation turns (the recall log): the type declaring `holds_turns`."""
+        return next(name for name, record_type in self.types.items() if record_type.holds_turns)
 
     def record_type(self, ref: TypeRef) -> type[MemoryRecord]:
         """The record class of a memory type, by name or class."""
@@ -241,8 +247,8 @@ class MemoryOS:
     ) -> list[Hit]:
         """Hybrid search (vector + full-text, fused by rank, weighted by recency and importance).
 
-        `types` defaults to every store but core (core blocks are always in the prompt; name
-        "core" to search them too).
+        `types` defaults to `searchable_types`: every store but core (core blocks are always in
+        the prompt; name "core" to search them too).
 
         Returns the `k` best hits, or with `budget_tokens` the best hits that fit the budget
         when rendered. Each hit carries its store, score parts and provenance.

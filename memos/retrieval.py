@@ -101,8 +101,9 @@ async def search(
     for hit in hits:
         if isinstance(hit.record, RowView):
             hit.record = storage.type_table(hit.memory_type).to_record(hit.record.row)
-    if request.policy.neighbours and "episodic" in request.types:
-        hits = await _with_neighbours(storage, request, hits)
+    turns = next((name for name in request.types if storage.type_table(name).record_type.holds_turns), None)
+    if request.policy.neighbours and turns is not None:
+        hits = await _with_neighbours(storage, request, hits, turns)
     if request.budget_tokens is not None:
         return pack(hits, request.budget_tokens, count_tokens)
     return hits[: request.k]
@@ -149,21 +150,22 @@ class RowView:
         return self.time
 
 
-async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[Hit]) -> list[Hit]:
+async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[Hit], turns_store: str) -> list[Hit]:
     """Put the turn before and after each of the best turns right behind it (one extra query)."""
     policy = request.policy
     if request.budget_tokens is None:  # a top-k search returns k records, not context around them
         return hits
     count = min(policy.neighbours, request.budget_tokens // max(1, policy.neighbour_budget_tokens))
-    anchors = [h for h in hits if h.memory_type == "episodic" and getattr(h.record, "event_type", "") == "message"][:count]
+    anchors = [h for h in hits if h.memory_type == turns_store and getattr(h.record, "event_type", "") == "message"][:count]
     if not anchors:
         return hits
     reach = timedelta(minutes=policy.neighbour_window_minutes)
-    table = storage.type_table("episodic")
+    table = storage.type_table(turns_store)
+    time_field = table.record_type.time_field
     where = (Where(request.scope).status_in(request.statuses)
-             .any_time_window("occurred_at", [(a.record.event_time() - reach, a.record.event_time() + reach) for a in anchors])
+             .any_time_window(time_field, [(a.record.event_time() - reach, a.record.event_time() + reach) for a in anchors])
              .build())
-    rows = await storage.rows("episodic", where, limit=60 * len(anchors), columns=None)
+    rows = await storage.rows(turns_store, where, limit=60 * len(anchors), columns=None)
     nearby = sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))
     by_session: dict[tuple[str, str, str], list[Any]] = {}
     for record in nearby:
@@ -177,7 +179,7 @@ async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[
         at = ids.index(anchor.id)
         for record in (turns[at - 1] if at > 0 else None, turns[at + 1] if at + 1 < len(turns) else None):
             if record is not None:
-                extra.setdefault(anchor.id, []).append(Hit("episodic", record, anchor.score, {"neighbour_of": 1.0}))
+                extra.setdefault(anchor.id, []).append(Hit(turns_store, record, anchor.score, {"neighbour_of": 1.0}))
     out: list[Hit] = []
     seen: set[str] = set()
     for hit in hits:

@@ -201,9 +201,9 @@ class MemorySession:
                                   until: datetime | None = None, limit: int = 10) -> list[Episode]:
         """Turns and events from the recall log: by text (ranked) or, without a query, by date (oldest first)."""
         if query:
-            hits = await self.memory.search(query, self.retrieval_scope, types=["episodic"], k=limit, since=since, until=until)
+            hits = await self.memory.search(query, self.retrieval_scope, types=[self.memory.turn_type], k=limit, since=since, until=until)
             return [h.record for h in hits]  # type: ignore[misc]
-        episodes = await self.memory.list(self.retrieval_scope, "episodic", since=since, until=until, limit=None)
+        episodes = await self.memory.list(self.retrieval_scope, self.memory.turn_type, since=since, until=until, limit=None)
         return episodes[-limit:]  # type: ignore[return-value]
 
     # --- internals -----------------------------------------------------------------------
@@ -214,8 +214,7 @@ class MemorySession:
     async def _retrieve(self, query: str) -> list[Hit]:
         if not query.strip():
             return []
-        types = [t for t in self.memory.type_names if t != "core"]
-        return await self.memory.search(query, self.retrieval_scope, types=types, k=self.retrieval_k)
+        return await self.memory.search(query, self.retrieval_scope, k=self.retrieval_k)
 
     async def _last_reflection(self) -> datetime | None:
         from .jobs import reflection_state  # floor 3 reads the scheduler's record of it
@@ -242,8 +241,8 @@ class MemorySession:
     async def _load_turns(self, ids: list[str]) -> list[Episode]:
         if not ids:
             return []
-        rows = await self.memory.storage.rows("episodic", Where(self.scope).id_in(ids).build())
-        table = self.memory.storage.type_table("episodic")
+        rows = await self.memory.storage.rows(self.memory.turn_type, Where(self.scope).id_in(ids).build())
+        table = self.memory.storage.type_table(self.memory.turn_type)
         by_id = {r["id"]: table.to_record(r) for r in rows}
         return [by_id[i] for i in ids if i in by_id]  # type: ignore[misc]
 

@@ -58,7 +58,27 @@ class MemoryRecord(BaseModel):
     time_field: ClassVar[str] = "created_at"
     """The datetime field that `since` / `until` filters and recency scoring use."""
     secret_fields: ClassVar[tuple[str, ...]] = ()
-    """Fields encrypted at rest and never embedded, indexed, rendered or logged in clear."""
+    """Fields encrypted at rest and never embedded, indexed, rendered or logged in clear; a type
+    with any is a secret store (its sources are scrubbed, its key rotated, its records redacted)."""
+
+    # What the store does. The kernel and the agents read these declarations; nothing compares
+    # store names. A user's own type gets the defaults and opts in to the rest.
+    searched_by_default: ClassVar[bool] = True
+    """Active retrieval, a search without `types` and the `memory_search` tool cover this store."""
+    model_writable: ClassVar[bool] = True
+    """The model may write records here (`memory_insert`, the memory manager)."""
+    consolidate: ClassVar[bool] = False
+    """Consolidation merges this store's duplicates (exact text, see `duplicate_key`)."""
+    merge_near_duplicates: ClassVar[bool] = False
+    """Consolidation also merges records whose vectors are nearly equal, not only equal text."""
+    supersede_contradictions: ClassVar[bool] = False
+    """Consolidation supersedes a record contradicted by a newer one (facts: same subject and attribute)."""
+    decays: ClassVar[bool] = False
+    """Decay archives this store's stale, low-value records."""
+    holds_turns: ClassVar[bool] = False
+    """The store is the conversation's recall log: raw turns live here (one such store)."""
+    always_in_prompt: ClassVar[bool] = False
+    """Every record of the scope is rendered into each prompt (edited with the core-memory tools)."""
 
     id: str = Field(default_factory=new_id, description="Record id, unique within the database.")
     user_id: str = Field(default="", description="Owner user (scope).")
@@ -129,6 +149,11 @@ class MemoryRecord(BaseModel):
     def render_line(self) -> str:
         """The record under its group heading (default: the full `render()`)."""
         return self.render()
+
+    def duplicate_key(self) -> tuple[Any, ...]:
+        """What, besides equal normalized text, two records must share to be exact duplicates
+        (default: nothing; two moments that said the same words are not duplicates of each other)."""
+        return ()
 
     def event_time(self) -> datetime:
         """The time this record is about (its `time_field`)."""

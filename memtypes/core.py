@@ -16,6 +16,9 @@ class CoreBlock(MemoryRecord):
 
     memory_type: ClassVar[str] = "core"
     description: ClassVar[str] = "Always-in-context blocks about the agent's persona and the human."
+    always_in_prompt: ClassVar[bool] = True
+    searched_by_default: ClassVar[bool] = False  # already in every prompt
+    model_writable: ClassVar[bool] = False  # edited through the core-memory tools, with their limits
 
     label: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$", description="Block name, e.g. 'human'.")
     block_description: str = Field(default="", description="What belongs in this block, for the agent.")

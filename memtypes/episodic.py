@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -18,6 +18,9 @@ class Episode(MemoryRecord):
     memory_type: ClassVar[str] = "episodic"
     description: ClassVar[str] = "Time-stamped events and experiences: what happened, when, who was involved."
     time_field: ClassVar[str] = "occurred_at"
+    holds_turns: ClassVar[bool] = True
+    consolidate: ClassVar[bool] = True
+    decays: ClassVar[bool] = True
 
     occurred_at: datetime = Field(default_factory=utcnow, description="When it happened.")
     actor: str = Field(default="", max_length=256, description="Who did or said it.")
@@ -33,6 +36,9 @@ class Episode(MemoryRecord):
 
     def context_text(self) -> str:
         return self.context
+
+    def duplicate_key(self) -> tuple[Any, ...]:
+        return (self.actor, self.event_time())  # a double-ingested turn, not two moments alike
 
     def render(self) -> str:
         return f"[{self.render_group()}] {self.render_line()}"

@@ -16,6 +16,9 @@ class Procedure(MemoryRecord):
 
     memory_type: ClassVar[str] = "procedural"
     description: ClassVar[str] = "How-to knowledge: workflows, step-by-step guides, scripts."
+    consolidate: ClassVar[bool] = True
+    merge_near_duplicates: ClassVar[bool] = True
+    decays: ClassVar[bool] = True
 
     entry_type: Literal["workflow", "guide", "script"] = Field(default="workflow", description="Kind of procedure.")
     summary: str = Field(min_length=1, description="What the procedure achieves.")

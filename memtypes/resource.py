@@ -16,6 +16,8 @@ class Resource(MemoryRecord):
 
     memory_type: ClassVar[str] = "resource"
     description: ClassVar[str] = "Documents, files, links and images the user shared, chunked."
+    consolidate: ClassVar[bool] = True  # identical chunks only: two chunks alike may both matter
+    decays: ClassVar[bool] = True
 
     title: str = Field(min_length=1, max_length=512, description="Document title or file name.")
     resource_type: Literal["document", "file", "link", "image", "other"] = Field(default="document")

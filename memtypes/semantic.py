@@ -17,6 +17,10 @@ class Fact(MemoryRecord):
     memory_type: ClassVar[str] = "semantic"
     description: ClassVar[str] = "Facts and knowledge about people, things and concepts, independent of when learned."
     time_field: ClassVar[str] = "created_at"
+    consolidate: ClassVar[bool] = True
+    merge_near_duplicates: ClassVar[bool] = True
+    supersede_contradictions: ClassVar[bool] = True
+    decays: ClassVar[bool] = True
 
     subject: str = Field(min_length=1, max_length=256, description="The entity the fact is about.")
     summary: str = Field(min_length=1, description="The fact in one sentence.")

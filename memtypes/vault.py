@@ -21,6 +21,7 @@ class VaultItem(MemoryRecord):
     memory_type: ClassVar[str] = "vault"
     description: ClassVar[str] = "Sensitive items (credentials, addresses, IDs); only captions are ever shown."
     secret_fields: ClassVar[tuple[str, ...]] = ("secret",)
+    model_writable: ClassVar[bool] = False  # written through vault_store, which checks the caption
 
     entry_type: Literal["credential", "address", "id_number", "payment", "contact", "other"] = "other"
     caption: str = Field(min_length=1, max_length=512, description="A non-sensitive description of the item.")
