@@ -35,6 +35,19 @@ from .ranking import Hit, RankingPolicy  # noqa: E402
 from .scope import Scope  # noqa: E402
 from .storage import HistoryEntry  # noqa: E402
 from .tokens import Tokenizer, tokenizer_for  # noqa: E402
+from .model_backend import register_backend  # noqa: E402
+
+
+def _pydantic_ai_backend() -> object:
+    """The agents' implementation of what the kernel asks of a model (loaded on first use, so
+    `import memos` does not import pydantic-ai). The package root is the one place that wires
+    the floor above the kernel in; the kernel itself never imports `memos.agents`."""
+    from .agents.backend import BACKEND
+
+    return BACKEND
+
+
+register_backend(_pydantic_ai_backend)  # type: ignore[arg-type]
 
 __all__ = [
     "BudgetError",

@@ -27,9 +27,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from memos.memtypes import MemoryRecord
+
+if TYPE_CHECKING:
+    from .memory import MemoryOS
+    from .scope import Scope
 
 __all__ = [
     "ConsolidationPlan",
@@ -248,19 +252,17 @@ def plan_consolidation(memory_type: str, records: Sequence[MemoryRecord], vector
     return ConsolidationPlan(memory_type, merges, supersedes)
 
 
-async def mark(memory: Any, scope: Any, name: str, record: MemoryRecord, changes: dict[str, Any], *, op: str,
+async def mark(memory: MemoryOS, scope: Scope, name: str, record: MemoryRecord, changes: dict[str, Any], *, op: str,
                actor: str, note: str | None = None) -> MemoryRecord:
     """Change bookkeeping fields of a record, keeping its stored vector (its text does not change).
 
     Unlike `MemoryOS.update` this never re-embeds, so a job running without an embedder
-    (full-text-only worker) cannot strip vectors from the records it touches.
+    (full-text-only worker) cannot strip vectors from the records it touches (`MemoryOS.restamp`).
     """
-    changed = memory._revalidate(record, {**changes, "updated_at": memory.clock()})
-    await memory._write(name, [changed], op, actor, before={record.id: record}, vectors_from=record, note=note)
-    return changed
+    return await memory.restamp(record, changes, op=op, actor=actor, note=note)
 
 
-async def apply_plan(memory: Any, scope: Any, plan: ConsolidationPlan, *, actor: str = "consolidation") -> dict[str, int]:
+async def apply_plan(memory: MemoryOS, scope: Scope, plan: ConsolidationPlan, *, actor: str = "consolidation") -> dict[str, int]:
     """Carry a plan out through `MemoryOS` (history for every change); returns counts.
 
     Records are re-read first: one that vanished or stopped being active since planning
@@ -301,9 +303,5 @@ async def apply_plan(memory: Any, scope: Any, plan: ConsolidationPlan, *, actor:
     return done
 
 
-async def _active(memory: Any, scope: Any, name: str, ids: list[str]) -> dict[str, MemoryRecord]:
-    from .scope import Where
-
-    rows = await memory.storage.rows(name, Where(scope).id_in(ids).status_in(("active",)).build())
-    table = memory.storage.type_table(name)
-    return {r["id"]: table.to_record(r) for r in rows}
+async def _active(memory: MemoryOS, scope: Scope, name: str, ids: list[str]) -> dict[str, MemoryRecord]:
+    return {r.id: r for r in await memory.get_many(scope, name, ids, status="active")}

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .exceptions import MemoryOSError
 
-__all__ = ["ENV_KEY", "SENSITIVITY", "VaultAccessError", "VaultCipher", "VaultKeyError", "generate_key", "key_id", "load_keys", "load_or_create_key", "pending_key_file", "write_key_file"]
+__all__ = ["ENV_KEY", "SENSITIVITY", "VaultAccessError", "VaultCipher", "VaultKeyError", "decode_key", "generate_key", "key_id", "load_keys", "load_or_create_key", "pending_key_file", "write_key_file"]
 
 ENV_KEY = "MEMOS_VAULT_KEY"
 _PREFIX = "v1"
@@ -44,7 +44,8 @@ def generate_key() -> bytes:
     return AESGCM.generate_key(bit_length=256)
 
 
-def _decode(text: str, origin: str) -> bytes:
+def decode_key(text: str, origin: str) -> bytes:
+    """A vault key from its base64 text (`origin` names where it came from, for the error)."""
     try:
         key = base64.urlsafe_b64decode(text.strip().encode())
     except (ValueError, TypeError):
@@ -57,10 +58,10 @@ def _decode(text: str, origin: str) -> bytes:
 def load_or_create_key(key_file: str | Path) -> bytes:
     """The vault key: `MEMOS_VAULT_KEY` if set, else `key_file` (created, mode 0600, if missing)."""
     if os.environ.get(ENV_KEY):
-        return _decode(os.environ[ENV_KEY], f"${ENV_KEY}")
+        return decode_key(os.environ[ENV_KEY], f"${ENV_KEY}")
     path = Path(key_file)
     if path.exists():
-        return _decode(path.read_text(), str(path))
+        return decode_key(path.read_text(), str(path))
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = generate_key()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # owner-only from the first byte
@@ -81,7 +82,7 @@ def load_keys(key_file: str | Path) -> tuple[bytes, ...]:
     """The keys to open the vault with: a pending rotation's new key first, then the current one."""
     current = load_or_create_key(key_file)
     pending = pending_key_file(key_file)
-    return (_decode(pending.read_text(), str(pending)), current) if pending.exists() else (current,)
+    return (decode_key(pending.read_text(), str(pending)), current) if pending.exists() else (current,)
 
 
 def write_key_file(path: str | Path, key: bytes) -> None:

@@ -18,11 +18,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memos.memtypes import MemoryRecord
 
 from .exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from .memory import MemoryOS
+    from .scope import Scope
 
 __all__ = ["DecayPolicy", "apply_decay", "plan_decay", "retention_score"]
 
@@ -77,7 +81,7 @@ def plan_decay(records: Sequence[MemoryRecord], now: datetime, policy: DecayPoli
     return sorted(out, key=lambda x: (x[2], x[1]))
 
 
-async def apply_decay(memory: Any, scope: Any, policy: DecayPolicy = DecayPolicy(), *, actor: str = "decay",
+async def apply_decay(memory: MemoryOS, scope: Scope, policy: DecayPolicy = DecayPolicy(), *, actor: str = "decay",
                       limit: int | None = None) -> dict[str, Any]:
     """Archive the records of `scope` that `plan_decay` picks; returns counts per store."""
     now = memory.clock()

@@ -26,17 +26,22 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memos.memtypes import Fact, MemoryRecord, Procedure, new_id
 
 from ._sync import run_sync
-from .consolidation import ConsolidationPlan, Supersede, apply_plan, plan_consolidation
+from .consolidation import ConsolidationPlan, Merge, Supersede, apply_plan, normalize_text, plan_consolidation
 from .decay import DecayPolicy, apply_decay
 from .exceptions import ConfigError
 from .maintenance import maintain
+from .model_backend import model_backend
 from .scope import Scope, Where
 from .telemetry import span
+
+if TYPE_CHECKING:
+    from .memory import MemoryOS
+    from .storage import Storage
 
 __all__ = [
     "ReflectionPolicy",
@@ -89,24 +94,24 @@ def _scope_key(scope: Scope) -> str:
     return ":".join([scope.user_id, scope.agent_id or "*", scope.session_id or "*"])
 
 
-async def reflection_state(memory: Any, scope: Scope, meta: dict[str, str] | None = None) -> dict[str, Any]:
+async def reflection_state(memory: MemoryOS, scope: Scope, meta: dict[str, str] | None = None) -> dict[str, Any]:
     """{"last_at": datetime | None, ...} of the scope's last reflection (meta key `reflection:<scope>`).
 
-    Pass `meta` (from `storage.get_meta()`) to look up several scopes with one read."""
-    raw = (meta if meta is not None else await memory.storage.get_meta()).get(f"reflection:{_scope_key(scope)}")
+    Pass `meta` (from `MemoryOS.state()`) to look up several scopes with one read."""
+    raw = (meta if meta is not None else await memory.state()).get(f"reflection:{_scope_key(scope)}")
     state = json.loads(raw) if raw else {}
     state["last_at"] = datetime.fromisoformat(state["last_at"]) if state.get("last_at") else None
     return state
 
 
-async def _new_episodes(memory: Any, scope: Scope, since: datetime | None) -> list[MemoryRecord]:
+async def _new_episodes(memory: MemoryOS, scope: Scope, since: datetime | None) -> list[MemoryRecord]:
     where = Where(scope).status_in(("active",)).time_range("created_at", since + timedelta(microseconds=1) if since else None, None)
     rows = await memory.storage.rows(memory.turn_type, where.build())
     table = memory.storage.type_table(memory.turn_type)
     return sorted((table.to_record(r) for r in rows), key=lambda r: (r.created_at, r.id))
 
 
-async def reflect(memory: Any, scope: Scope, *, model: Any = None, policy: ReflectionPolicy = ReflectionPolicy(),
+async def reflect(memory: MemoryOS, scope: Scope, *, model: Any = None, policy: ReflectionPolicy = ReflectionPolicy(),
                   force: bool = False) -> dict[str, Any]:
     """Write cited insights (facts, procedures) from the episodes since the last reflection."""
     now = memory.clock()
@@ -119,10 +124,8 @@ async def reflect(memory: Any, scope: Scope, *, model: Any = None, policy: Refle
     due, why = should_reflect(accumulated, len(episodes), state["last_at"], now, policy)
     if not (due or (force and episodes)):
         return {**result, "skipped": why}
-    from memos.agents.reflection import reflect_on  # the kernel reaches agents lazily
-
     shown = episodes[-policy.max_episodes:]
-    insights = await reflect_on(model, shown, now=now)
+    insights = await model_backend().reflect(model, shown, now=now)
     records: list[MemoryRecord] = []
     for insight in insights:
         common = {"summary": insight.summary, "importance": insight.importance, "source_ids": list(insight.source_ids),
@@ -133,21 +136,14 @@ async def reflect(memory: Any, scope: Scope, *, model: Any = None, policy: Refle
             records.append(Fact(subject=insight.subject or scope.user_id, source="reflection", valid_from=now, **common))
     if records:
         await memory.add(scope, records, actor="reflection")
-    await memory.storage.set_meta(f"reflection:{_scope_key(scope)}", json.dumps({
+    await memory.set_state(f"reflection:{_scope_key(scope)}", json.dumps({
         "last_at": now.isoformat(), "episodes": len(shown), "importance": accumulated, "insights": len(records)}))
     return {**result, "reason": why if due else "forced", "insights": len(records),
             "facts": sum(isinstance(r, Fact) for r in records), "procedures": sum(isinstance(r, Procedure) for r in records),
             "ids": [r.id for r in records]}
 
 
-async def _vectors(memory: Any, name: str, scope: Scope) -> dict[str, list[float]]:
-    if memory.storage.embedder_name is None:
-        return {}
-    rows = await memory.storage.rows(name, Where(scope).status_in(("active",)).build(), columns=["id", "vector"])
-    return {r["id"]: r["vector"] for r in rows if r.get("vector") is not None}
-
-
-async def consolidate(memory: Any, scope: Scope, *, model: Any = None, types: Sequence[str] | None = None,
+async def consolidate(memory: MemoryOS, scope: Scope, *, model: Any = None, types: Sequence[str] | None = None,
                       similarity: float = 0.95) -> dict[str, Any]:
     """Merge duplicates and supersede contradicted facts in every store of `scope` whose type
     declares `consolidate` (`types` narrows it; a named store that does not declare it is left alone)."""
@@ -156,7 +152,7 @@ async def consolidate(memory: Any, scope: Scope, *, model: Any = None, types: Se
         if name not in memory.types or not memory.types[name].consolidate:
             continue
         records = await memory.list(scope, name, status="active", limit=None)
-        plan = plan_consolidation(name, records, await _vectors(memory, name, scope), similarity=similarity,
+        plan = plan_consolidation(name, records, await memory.stored_vectors(scope, name), similarity=similarity,
                                   contradictions=model is None)
         if model is not None and memory.types[name].supersede_contradictions:
             plan = await _model_contradictions(model, plan, records, memory.clock())
@@ -170,9 +166,6 @@ async def consolidate(memory: Any, scope: Scope, *, model: Any = None, types: Se
 
 async def _model_contradictions(model: Any, plan: ConsolidationPlan, records: list[MemoryRecord], now: datetime) -> ConsolidationPlan:
     """Ask the consolidation agent about facts sharing a subject; keep its supersede/update decisions."""
-    from memos.agents.consolidation import decide_conflicts
-    from .consolidation import Merge, normalize_text
-
     merged = {i for m in plan.merges for i in m.merged_ids}
     by_subject: dict[str, list[MemoryRecord]] = {}
     for r in records:
@@ -185,7 +178,7 @@ async def _model_contradictions(model: Any, plan: ConsolidationPlan, records: li
     if not pairs:
         return plan
     by_id = {r.id: r for r in records}
-    for decision in await decide_conflicts(model, pairs[:40], now=now):
+    for decision in await model_backend().decide_conflicts(model, pairs[:40], now=now):
         old, new = by_id.get(decision.old_id), by_id.get(decision.new_id)
         if old is None or new is None:
             continue
@@ -199,12 +192,12 @@ async def _model_contradictions(model: Any, plan: ConsolidationPlan, records: li
     return plan
 
 
-async def decay(memory: Any, scope: Scope, *, policy: DecayPolicy = DecayPolicy()) -> dict[str, Any]:
+async def decay(memory: MemoryOS, scope: Scope, *, policy: DecayPolicy = DecayPolicy()) -> dict[str, Any]:
     """Archive stale low-value records of `scope` (see `memos.decay`)."""
     return await apply_decay(memory, scope, policy)
 
 
-async def maintain_tables(memory: Any, scope: Scope | None = None, *, min_rows: int | None = None) -> dict[str, Any]:
+async def maintain_tables(memory: MemoryOS, scope: Scope | None = None, *, min_rows: int | None = None) -> dict[str, Any]:
     """Compact the tables and build the indexes they need (store-wide; the scope only labels the run)."""
     return await maintain(memory.storage, min_rows=min_rows)
 
@@ -228,7 +221,7 @@ def _reflection_policy(options: dict[str, Any]) -> ReflectionPolicy:
     return ReflectionPolicy(**fields)
 
 
-async def run_job(memory: Any, kind: str, scope: Scope, *, model: Any = None, options: dict[str, Any] | None = None,
+async def run_job(memory: MemoryOS, kind: str, scope: Scope, *, model: Any = None, options: dict[str, Any] | None = None,
                   actor: str = "scheduler") -> dict[str, Any]:
     """Run one job, log it, and append its outcome to history; returns the outcome."""
     if kind not in ("reflect", "consolidate", "decay", "maintain"):
@@ -255,15 +248,12 @@ async def run_job(memory: Any, kind: str, scope: Scope, *, model: Any = None, op
     outcome["seconds"] = round(time.perf_counter() - clock_start, 3)
     summary = {k: v for k, v in outcome.items() if isinstance(v, int | float | str) and k not in ("scope", "started_at")}
     log.info("job %s for %s: %s", kind, scope, summary)
-    await memory.storage.append_history([{
-        "id": new_id(), "at": memory.clock().astimezone(UTC), "op": "job", "memory_type": "job", "record_id": kind,
-        "actor": actor, **scope.stamp(), "before": None, "after": json.dumps(outcome, default=str),
-        "note": "failed" if outcome["errors"] else outcome.get("skipped", "ok"),
-    }])
+    await memory.record_job(scope, kind, outcome, actor=actor,
+                            note="failed" if outcome["errors"] else outcome.get("skipped", "ok"))
     return outcome
 
 
-async def refresh_tables(storage: Any) -> None:
+async def refresh_tables(storage: Storage) -> None:
     """Point every table handle at its latest version, so a job sees other processes' writes.
 
     LanceDB handles opened without a read-consistency interval stay on the version they
@@ -273,7 +263,7 @@ async def refresh_tables(storage: Any) -> None:
         await table.checkout_latest()
 
 
-async def job_history(memory: Any, scope: Scope | None = None, *, kind: str | None = None, limit: int | None = 20) -> list[dict[str, Any]]:
+async def job_history(memory: MemoryOS, scope: Scope | None = None, *, kind: str | None = None, limit: int | None = 20) -> list[dict[str, Any]]:
     """The newest job outcomes (oldest first), optionally for one scope and kind."""
     where = Where(scope).eq("op", "job")
     if kind:
@@ -289,14 +279,14 @@ _LIVE: dict[str, tuple[Any, Any]] = {}
 _OPENED: dict[tuple[str, str | None], Any] = {}
 
 
-def register_live(memory: Any, model: Any = None) -> None:
+def register_live(memory: MemoryOS, model: Any = None) -> None:
     """Let scheduled jobs for `memory`'s URI use this open instance (and model) instead of opening the store."""
     from .scheduler import canonical_uri
 
     _LIVE[canonical_uri(memory.storage.uri)] = (memory, model)
 
 
-def unregister_live(memory: Any) -> None:
+def unregister_live(memory: MemoryOS) -> None:
     """Undo `register_live` (when the worker or the in-process scheduler stops)."""
     from .scheduler import canonical_uri
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from memos.memtypes import BASE_FIELDS, BUILTIN_TYPES, Episode, MemoryRecord
+from memos.memtypes import BASE_FIELDS, BUILTIN_TYPES, Episode, MemoryRecord, new_id
 
 from ._sync import with_sync_methods
 from .embeddings import TextEmbedder, resolve_embedder
@@ -36,6 +36,8 @@ R = TypeVar("R", bound=MemoryRecord)
 TypeRef = str | type[MemoryRecord]
 
 _IMMUTABLE = {"id", "user_id", "agent_id", "session_id", "text", "created_at", "updated_at"}
+_BOOKKEEPING = {"status", "valid_from", "valid_to", "superseded_by", "source_ids", "tags", "importance",
+                "access_count", "last_accessed"}
 
 
 def _default_clock() -> datetime:
@@ -233,6 +235,70 @@ class MemoryOS:
         where = Where(scope).status_in((status,) if status else None).build()
         return {name: await self.storage.count(name, where) for name in self.types}
 
+    # --- for the kernel's own services (session, jobs, portability): public, so none reaches around
+
+    async def get_many(self, scope: Scope, memory_type: TypeRef, ids: Sequence[str], *,
+                       status: str | Sequence[str] | None = None) -> list[MemoryRecord]:
+        """Records by id in one read, in the order of `ids`; an id not in `scope` (or not of
+        `status`) is left out."""
+        if not ids:
+            return []
+        name = self.record_type(memory_type).memory_type
+        statuses = (status,) if isinstance(status, str) else tuple(status or ())
+        rows = await self.storage.rows(name, Where(scope).id_in(list(ids)).status_in(statuses).build())
+        table = self.storage.type_table(name)
+        by_id = {r["id"]: self._redact(table.to_record(r)) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    async def restamp(self, record: MemoryRecord, changes: dict[str, Any], *, op: str, actor: str,
+                      note: str | None = None) -> MemoryRecord:
+        """Change bookkeeping fields of `record` (as read): status, validity, links, provenance,
+        tags, importance, access counts. Its text does not change, so its stored vector is kept
+        and nothing is re-embedded (a job without an embedder cannot strip vectors). In history as `op`."""
+        content = set(changes) - _BOOKKEEPING
+        if content:
+            raise InvalidRecordError(f"restamp changes bookkeeping fields only; use update for {sorted(content)}")
+        self.record_type(type(record))
+        changed = self._revalidate(record, {**changes, "updated_at": self.clock()})
+        await self._write(record.memory_type, [changed], op, actor, before={record.id: record}, vectors_from=record, note=note)
+        return changed
+
+    async def stored_vectors(self, scope: Scope, memory_type: TypeRef, *, status: str = "active") -> dict[str, list[float]]:
+        """id -> stored vector of the records of one store in `scope` (empty without an embedder)."""
+        name = self.record_type(memory_type).memory_type
+        if self.storage.embedder_name is None:
+            return {}
+        rows = await self.storage.rows(name, Where(scope).status_in((status,)).build(), columns=["id", "vector"])
+        return {r["id"]: r["vector"] for r in rows if r.get("vector") is not None}
+
+    async def embed_documents(self, texts: list[str]) -> list[list[float] | None]:
+        """Vectors for `texts` with this memory's embedder (None each in full-text-only mode)."""
+        return await self._vectors(texts)
+
+    @staticmethod
+    def associated_data(record: MemoryRecord) -> bytes:
+        """What a secret of `record` is bound to when encrypted (its store, id and user)."""
+        return MemoryOS._aad(record)
+
+    async def record_job(self, scope: Scope, kind: str, outcome: dict[str, Any], *, actor: str, note: str) -> None:
+        """Append a background run's outcome to history (`op="job"`): what `memos inspect jobs` shows."""
+        await self.storage.append_history([{
+            "id": new_id(), "at": self.clock().astimezone(UTC), "op": "job", "memory_type": "job", "record_id": kind,
+            "actor": actor, **scope.stamp(), "before": None, "after": json.dumps(outcome, default=str), "note": note,
+        }])
+
+    async def state(self) -> dict[str, str]:
+        """The store's small key/value state (session and reflection state), read at once."""
+        return await self.storage.get_meta()
+
+    async def set_state(self, key: str, value: str) -> None:
+        """Write one state entry."""
+        await self.storage.set_meta(key, value)
+
+    async def delete_state(self, keys: list[str]) -> None:
+        """Remove state entries (forgetting a user)."""
+        await self.storage.delete_meta(keys)
+
     async def search(
         self,
         query: str,
@@ -314,9 +380,9 @@ class MemoryOS:
         `model` is any pydantic-ai model or model string; options: budget, manager_model,
         manage_every, approve, usage_limits, instructions. Its conversation resumes after a restart.
         """
-        from memos.agents.chat import ChatAgent  # agents sit above the kernel; reached lazily
+        from .model_backend import model_backend  # agents sit a floor above: reached through the registered backend
 
-        return ChatAgent(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
+        return model_backend().chat_agent(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
 
     async def session(self, scope: Scope, **options: Any) -> Any:
         """The working context of `scope` (`memos.session.MemorySession`), resumed from the store."""
@@ -531,6 +597,11 @@ def _audit(record: MemoryRecord | None) -> dict[str, Any] | None:
     return None if record is None else record.model_dump(mode="json")
 
 
+_UNSCOPED = {"record_type", "scoped", "cipher", "open", "scheduler", "agent", "restamp", "embed_documents",
+             "associated_data", "state", "set_state", "delete_state"}
+"""Facade methods that take no scope: a scoped view passes them through unchanged."""
+
+
 class ScopedMemory:
     """`MemoryOS` bound to one scope: the same methods without the scope argument."""
 
@@ -540,7 +611,7 @@ class ScopedMemory:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.memory, name)
-        if not callable(method) or name in {"record_type", "scoped", "cipher", "open", "open_sync", "scheduler", "agent"}:
+        if not callable(method) or name.removesuffix("_sync") in _UNSCOPED:
             return method
         scope = self.scope
 

@@ -81,7 +81,7 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
     for name, pairs in by_type.items():
         records = [_rekey(memory, record, original, source) for record, original in pairs]
         table = memory.storage.type_table(name)
-        vectors = await memory._vectors([r.index_text() for r in records])
+        vectors = await memory.embed_documents([r.index_text() for r in records])
         await memory.storage.upsert_rows(name, [table.to_row(r.model_copy(update={"text": r.search_text()}), v)
                                                 for r, v in zip(records, vectors, strict=True)])
         counts["records"] += len(records)
@@ -101,7 +101,7 @@ def _rekey(memory: MemoryOS, record: Any, original: dict[str, Any], source: Vaul
         if not token:
             continue
         old_aad = f"{record.memory_type}|{original['id']}|{original['user_id']}".encode()
-        new_aad = memory._aad(record)
+        new_aad = memory.associated_data(record)
         if old_aad == new_aad and memory.cipher().can_decrypt(token):
             continue
         if source is None:
@@ -131,8 +131,8 @@ async def forget_user(memory: MemoryOS, user_id: str) -> dict[str, int]:
         await memory.storage.rebuild_text_index(name)
     removed["history"] = len(await memory.storage.raw_history(where))
     await memory.storage.delete_history(where)
-    keys = [k for k in await memory.storage.get_meta() if _meta_owner(k) == user_id]
-    await memory.storage.delete_meta(keys)
+    keys = [k for k in await memory.state() if _meta_owner(k) == user_id]
+    await memory.delete_state(keys)
     removed["state"] = len(keys)
     await memory.storage.purge_old_versions()
     return removed

@@ -391,6 +391,10 @@ class MemoryScheduler:
         """Look for due jobs now (thread mode, e.g. after the clock moved)."""
         self._aps.wakeup()
 
+    def add_listener(self, callback: Callable[[Any], None], mask: int) -> None:
+        """Call `callback` with each APScheduler event in `mask` (e.g. EVENT_JOB_EXECUTED)."""
+        self._aps.add_listener(callback, mask)
+
     def _on_event(self, event: JobExecutionEvent) -> None:
         if event.code == EVENT_JOB_EXECUTED and isinstance(event.retval, dict):
             self._results.append(event.retval)

@@ -30,7 +30,7 @@ from .ingest import Message
 from .packing import pack, render_hits
 from .ranking import Hit
 from .paging import ExtractiveSummarizer, Summarizer
-from .scope import Scope, Where
+from .scope import Scope
 from .telemetry import span
 from ._sync import with_sync_methods
 
@@ -219,7 +219,7 @@ class MemorySession:
     async def _last_reflection(self) -> datetime | None:
         from .jobs import reflection_state  # floor 3 reads the scheduler's record of it
 
-        meta = await self.memory.storage.get_meta()
+        meta = await self.memory.state()
         for scope in (self.scope, self.retrieval_scope, Scope(self.scope.user_id)):
             state = await reflection_state(self.memory, scope, meta)
             if state.get("last_at"):
@@ -232,22 +232,17 @@ class MemorySession:
 
     async def _save_state(self) -> None:
         state = {"summary": self.summary, "context": [t.id for t in self.context], "evicted": self.evicted_total}
-        await self.memory.storage.set_meta(self._state_key, json.dumps(state))
+        await self.memory.set_state(self._state_key, json.dumps(state))
 
     async def _refresh_context(self) -> None:
         """Re-read the in-context turns (a scrubbed secret or a consolidation may have changed them)."""
         self.context = await self._load_turns([t.id for t in self.context])
 
     async def _load_turns(self, ids: list[str]) -> list[Episode]:
-        if not ids:
-            return []
-        rows = await self.memory.storage.rows(self.memory.turn_type, Where(self.scope).id_in(ids).build())
-        table = self.memory.storage.type_table(self.memory.turn_type)
-        by_id = {r["id"]: table.to_record(r) for r in rows}
-        return [by_id[i] for i in ids if i in by_id]  # type: ignore[misc]
+        return await self.memory.get_many(self.scope, self.memory.turn_type, ids)  # type: ignore[return-value]
 
     async def _load_state(self) -> None:
-        raw = (await self.memory.storage.get_meta()).get(self._state_key)
+        raw = (await self.memory.state()).get(self._state_key)
         if not raw:
             return
         state = json.loads(raw)

@@ -48,7 +48,7 @@ def run_worker(
     register_live(memory, model)
     scheduler = MemoryScheduler(memory.storage.uri, jobs_url=jobs_url, mode="thread", max_workers=max_workers)
     runs: list[dict[str, Any]] = []
-    scheduler._aps.add_listener(lambda event: runs.append({"job": event.job_id}), _executed_mask())
+    scheduler.add_listener(lambda event: runs.append({"job": event.job_id}), _executed_mask())
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

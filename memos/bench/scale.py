@@ -32,7 +32,7 @@ from ..memory import MemoryOS
 from ..scope import Scope
 from ._stats import peak_rss_mb, percentiles
 
-__all__ = ["HashedTokens", "bench_embedder", "make_records", "open_bench_store", "run_scale_bench"]
+__all__ = ["HashedTokens", "bench_embedder", "make_records", "open_bench_store", "random_sentence", "run_scale_bench"]
 
 USERS = 20
 _PEOPLE = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goran", "Hana", "Ivo", "Jules", "Kofi", "Lena", "Mira", "Noah"]
@@ -45,7 +45,7 @@ _VERBS = ["talked about", "planned", "worried about", "finished", "postponed", "
 _MIX = [("episodic", 0.50), ("semantic", 0.20), ("resource", 0.12), ("procedural", 0.10), ("vault", 0.04), ("core", 0.04)]
 
 
-def _sentence(rng: random.Random) -> str:
+def random_sentence(rng: random.Random) -> str:
     return (f"{rng.choice(_PEOPLE)} {rng.choice(_VERBS)} {rng.choice(_THINGS)} in {rng.choice(_PLACES)} "
             f"with {rng.choice(_PEOPLE)} ({rng.randint(1, 28)} {rng.choice(['May', 'June', 'July', 'March'])}).")
 
@@ -59,16 +59,16 @@ def make_records(n: int, seed: int = 0) -> list[tuple[Scope, MemoryRecord]]:
     for i in range(n):
         scope = Scope(f"user{rng.randrange(USERS):02d}", "agent")
         kind = rng.choices(names, weights)[0]
-        text = _sentence(rng)
+        text = random_sentence(rng)
         record: MemoryRecord
         if kind == "episodic":
             record = Episode(summary=text, actor=rng.choice(_PEOPLE), importance=rng.random())
         elif kind == "semantic":
             record = Fact(subject=rng.choice(_PEOPLE), summary=text, importance=rng.random())
         elif kind == "resource":
-            record = Resource(title=f"{rng.choice(_THINGS)}.pdf", content=" ".join(_sentence(rng) for _ in range(3)))
+            record = Resource(title=f"{rng.choice(_THINGS)}.pdf", content=" ".join(random_sentence(rng) for _ in range(3)))
         elif kind == "procedural":
-            record = Procedure(summary=f"How to handle {rng.choice(_THINGS)}", steps=[_sentence(rng) for _ in range(3)])
+            record = Procedure(summary=f"How to handle {rng.choice(_THINGS)}", steps=[random_sentence(rng) for _ in range(3)])
         elif kind == "vault":
             record = VaultItem(caption=f"{rng.choice(_PEOPLE)}'s login for {rng.choice(_THINGS)}", secret=f"pw-{i:08d}")
         else:
@@ -159,7 +159,7 @@ async def run_scale_bench(records: int, *, path: str | Path | None = None, queri
     memory, built = await open_bench_store(records, root, embedder=model, batch=batch, seed=seed, progress=progress)
 
     rng = random.Random(seed + 1)
-    texts = [_sentence(rng).split(" (")[0] for _ in range(queries)]
+    texts = [random_sentence(rng).split(" (")[0] for _ in range(queries)]
     embed_ms, cache = [], {}
     for text in texts:
         t0 = time.perf_counter()

@@ -20,7 +20,7 @@ from typing import Any
 from ..scope import Scope
 from ..session import MemorySession
 from ._stats import peak_rss_mb, percentiles
-from .scale import USERS, _sentence, bench_embedder, open_bench_store
+from .scale import USERS, random_sentence, bench_embedder, open_bench_store
 
 __all__ = ["run_turn_bench"]
 
@@ -38,13 +38,13 @@ async def run_turn_bench(records: int, *, path: str | Path | None = None, turns:
     session = await MemorySession.open(memory, scope, budget=budget)
     parts: dict[str, list[float]] = {"record_user": [], "compile": [], "record_reply": [], "total": []}
     for step in range(turns + WARMUP):
-        message = f"Do you remember when {_sentence(rng)}"
+        message = f"Do you remember when {random_sentence(rng)}"
         t0 = time.perf_counter()
         await session.record_turn("user", message)
         t1 = time.perf_counter()
         context = await session.compile(message)
         t2 = time.perf_counter()
-        await session.record_turn("assistant", f"Yes: {_sentence(rng)}")
+        await session.record_turn("assistant", f"Yes: {random_sentence(rng)}")
         t3 = time.perf_counter()
         assert context.total_tokens <= budget
         if step >= WARMUP:

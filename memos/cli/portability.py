@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from .._sync import run_sync
-from ..crypto import _decode
+from ..crypto import decode_key
 from ..memory import MemoryOS
 from ..portability import export_scope, forget_user, import_lines
 from ..scope import Scope
@@ -59,7 +59,7 @@ def import_cmd(
     if not file.exists():
         fail(f"{file} does not exist")
     memory = MemoryOS.open_sync(db, vault_key_file=key_file)
-    source = _decode(source_key_file.read_text(), str(source_key_file)) if source_key_file else None
+    source = decode_key(source_key_file.read_text(), str(source_key_file)) if source_key_file else None
     counts = run_sync(import_lines(memory, file.read_text(encoding="utf-8").splitlines(), user_id=user, source_key=source))
     emit_json(counts) if json_out else console.print(f"imported {counts['records']} records and {counts['history']} history rows")
 

@@ -1,0 +1,39 @@
+"""The pydantic-ai implementation of the kernel's `memos.model_backend.ModelBackend`.
+
+The package root registers `BACKEND` with the kernel (lazily), so jobs given a model reflect and
+judge conflicts with the agents here, and `MemoryOS.agent(...)` returns a `ChatAgent`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from memos.memory import MemoryOS
+from memos.memtypes import MemoryRecord
+from memos.scope import Scope
+
+from .chat import ChatAgent
+from .consolidation import FactDecision, decide_conflicts
+from .reflection import Insight, reflect_on
+
+__all__ = ["BACKEND", "PydanticAIBackend"]
+
+
+class PydanticAIBackend:
+    """Reflection, conflict judgement and chat agents, each a pydantic-ai agent run with the given model."""
+
+    async def reflect(self, model: Any, episodes: Sequence[MemoryRecord], *, now: datetime) -> list[Insight]:
+        return await reflect_on(model, episodes, now=now)
+
+    async def decide_conflicts(self, model: Any, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]], *,
+                               now: datetime) -> list[FactDecision]:
+        return await decide_conflicts(model, pairs, now=now)
+
+    def chat_agent(self, memory: MemoryOS, scope: Scope, model: Any, **options: Any) -> ChatAgent:
+        return ChatAgent(memory, scope, model, **options)
+
+
+BACKEND = PydanticAIBackend()
+"""The backend the package root registers."""

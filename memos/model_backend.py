@@ -1,0 +1,90 @@
+"""What the kernel asks of a language model, as protocols, and where the implementation is registered.
+
+The kernel never imports `memos.agents` (agents sit a floor above it; see the README's
+"Floors"). Where it needs a model -- a reflection, a judgement on two facts that may conflict,
+a chat agent for `MemoryOS.agent(...)` -- it asks the registered `ModelBackend`. The
+pydantic-ai implementation (`memos.agents.backend`) is registered by the package root
+(`memos/__init__.py`), lazily, so `import memos` does not load pydantic-ai; a test or an
+application may register another one.
+
+The summarizer of paging is the same idea on a smaller scale: `memos.paging.Summarizer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from memos.memtypes import MemoryRecord
+
+from .exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from .memory import MemoryOS
+    from .scope import Scope
+
+__all__ = ["ConflictDecision", "Insight", "ModelBackend", "model_backend", "register_backend"]
+
+
+class Insight(Protocol):
+    """One thing a reflection learned from several episodes (what the kernel stores of it)."""
+
+    kind: str
+    """"fact" or "procedure"."""
+    subject: str
+    summary: str
+    steps: list[str]
+    importance: float
+    source_ids: list[str]
+
+
+class ConflictDecision(Protocol):
+    """A model's verdict on an (older, newer) pair of facts about one subject."""
+
+    old_id: str
+    new_id: str
+    action: str
+    """"add", "update" (merge the older into the newer), "supersede" or "nothing"."""
+    reason: str
+
+
+class ModelBackend(Protocol):
+    """The model-backed work the kernel delegates; `model` is whatever the caller was given."""
+
+    async def reflect(self, model: Any, episodes: Sequence[MemoryRecord], *, now: datetime) -> Sequence[Insight]:
+        """Cited insights from `episodes` (each insight's `source_ids` are ids of the episodes shown)."""
+        ...
+
+    async def decide_conflicts(self, model: Any, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]], *,
+                               now: datetime) -> Sequence[ConflictDecision]:
+        """One decision per (older, newer) pair of facts."""
+        ...
+
+    def chat_agent(self, memory: MemoryOS, scope: Scope, model: Any, **options: Any) -> Any:
+        """A chat agent over `scope` of `memory` (what `MemoryOS.agent` returns)."""
+        ...
+
+
+_loader: Callable[[], ModelBackend] | None = None
+_backend: ModelBackend | None = None
+
+
+def register_backend(backend: ModelBackend | Callable[[], ModelBackend]) -> None:
+    """Make `backend` (or a function returning it, called on first use) the one the kernel asks."""
+    global _loader, _backend
+    if callable(backend) and not hasattr(backend, "reflect"):
+        _loader, _backend = backend, None
+    else:
+        _loader, _backend = None, backend  # type: ignore[assignment]
+
+
+def model_backend() -> ModelBackend:
+    """The registered backend; a clear error when none is."""
+    global _backend
+    if _backend is None and _loader is not None:
+        _backend = _loader()
+    if _backend is None:
+        raise ConfigError("no model backend is registered: install memos-memory with its agents "
+                          "(memos.agents) or call memos.model_backend.register_backend(...)")
+    return _backend
