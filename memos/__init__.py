@@ -18,6 +18,7 @@ _os.environ.setdefault("LANCE_LOG", "error")
 from .exceptions import (  # noqa: E402
     BudgetError,
     ConfigError,
+    DuplicateIdError,
     EmbeddingDimensionError,
     InvalidFilterError,
     InvalidRecordError,
@@ -52,6 +53,7 @@ register_backend(_pydantic_ai_backend)  # type: ignore[arg-type]
 __all__ = [
     "BudgetError",
     "ConfigError",
+    "DuplicateIdError",
     "EmbeddingDimensionError",
     "HistoryEntry",
     "Hit",

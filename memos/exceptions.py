@@ -7,6 +7,7 @@ The hierarchy has three branches, one per audience::
     │   ├── UnknownMemoryTypeError
     │   ├── InvalidFilterError        a scope id, tag, date or id that cannot be used safely
     │   ├── InvalidRecordError        a record that fails its type's validation
+    │   │   └── DuplicateIdError          an explicit record id that is already used in the database
     │   └── EmbeddingDimensionError   the store was built with another embedder (`memos reindex`)
     ├── MemoryOSError            a runtime failure of the memory OS itself
     │   ├── StoreUnavailableError     the store cannot be opened, read or written (the message says why and what to do)
@@ -33,6 +34,7 @@ __all__ = [
     "BudgetError",
     "ConfigError",
     "CoreMemoryError",
+    "DuplicateIdError",
     "EmbeddingDimensionError",
     "InvalidFilterError",
     "InvalidRecordError",
@@ -78,6 +80,15 @@ class InvalidFilterError(ConfigError):
 
 class InvalidRecordError(ConfigError):
     """A record that does not validate against its memory type."""
+
+
+class DuplicateIdError(InvalidRecordError):
+    """A record id given explicitly that another record already has (ids are unique in the whole database)."""
+
+    def __init__(self, record_id: str, where: str = "in this database") -> None:
+        self.record_id = record_id
+        super().__init__(f"record id {record_id!r} is already used {where}; ids are unique across the database. "
+                         "Leave the id unset for a fresh one, or update the existing record")
 
 
 class EmbeddingDimensionError(ConfigError):

@@ -18,13 +18,14 @@ from pydantic import ValidationError
 
 from memos.memtypes import BASE_FIELDS, BUILTIN_TYPES, Episode, MemoryRecord, new_id
 
+from . import validation as check
 from ._sync import with_sync_methods
 from .embeddings import TextEmbedder, resolve_embedder
-from .exceptions import ConfigError, InvalidRecordError, RecordNotFoundError, UnknownMemoryTypeError
+from .exceptions import ConfigError, DuplicateIdError, InvalidRecordError, RecordNotFoundError, UnknownMemoryTypeError
 from .ingest import Message, episodes_from_messages
 from .ranking import Hit, RankingPolicy
 from .retrieval import SearchRequest, search
-from .scope import Scope, Where, validate_record_id
+from .scope import Scope, Where, validate_record_id, validate_value
 from .storage import HistoryEntry, Storage, history_row
 from .telemetry import span
 from .tokens import Tokenizer, tokenizer_for
@@ -90,6 +91,10 @@ class MemoryOS:
         embedding model string or `Embedder`. `types`: extra memory types (MemoryRecord
         subclasses). `model`: the serving model's name, which picks the token encoding.
         """
+        if not isinstance(uri, str | Path) or not str(uri):
+            raise ConfigError(f"uri must be a directory path or a LanceDB URI string, got {uri!r}")
+        if model is not None and not isinstance(model, str):
+            raise ConfigError(f"model must be the serving model's name (a string, e.g. 'openai:gpt-4o') or None, got {type(model).__name__}")
         registry: dict[str, type[MemoryRecord]] = {}
         for record_type in (*BUILTIN_TYPES, *types):
             if not (isinstance(record_type, type) and issubclass(record_type, MemoryRecord)) or "memory_type" not in vars(record_type):
@@ -136,8 +141,18 @@ class MemoryOS:
     # --- writes --------------------------------------------------------------------------
 
     async def add(self, scope: Scope, records: MemoryRecord | Iterable[MemoryRecord], *, actor: str = "user") -> list[MemoryRecord]:
-        """Store one or many records in `scope` (embedded and indexed in batches); returns them."""
-        items = [records] if isinstance(records, MemoryRecord) else list(records)
+        """Store one or many records in `scope` (embedded and indexed in batches); returns them.
+
+        A record's id must not be used by any other record in the database (`DuplicateIdError`);
+        leave it unset for a fresh one. A secret field's value must not appear in the record's
+        other fields (`InvalidRecordError`)."""
+        check.check_scope(scope)
+        validate_value(actor, "actor")
+        items = check.check_records(records)
+        for record in items:
+            self.record_type(type(record))
+            check.check_secret_not_exposed(record, {f: getattr(record, f) for f in record.secret_fields})
+        await self._check_ids_free(items)
         now = self.clock()
         prepared: dict[str, list[MemoryRecord]] = {}
         for record in items:
@@ -159,18 +174,26 @@ class MemoryOS:
 
     async def update(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str = "user") -> MemoryRecord:
         """Change fields of a record; returns the updated record."""
+        check.check_scope(scope)
+        changes = check.check_changes(changes)
+        validate_value(actor, "actor")
         record = await self._load(scope, memory_type, record_id)
         bad = set(changes) & _IMMUTABLE
         unknown = set(changes) - set(type(record).model_fields)
         if bad or unknown:
             raise InvalidRecordError(f"cannot update {sorted(bad | unknown)} of a {record.memory_type} record; "
                                      f"updatable fields: {sorted(set(type(record).model_fields) - _IMMUTABLE)}")
-        updated = self._seal(self._revalidate(record, {**changes, "updated_at": self.clock()}), fresh=set(changes))
+        revised = self._revalidate(record, {**changes, "updated_at": self.clock()})
+        if record.secret_fields:
+            check.check_secret_not_exposed(revised, {f: self._clear_secret(revised, f, changes) for f in record.secret_fields})
+        updated = self._seal(revised, fresh=set(changes))
         await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record})
         return self._redact(updated)
 
     async def supersede(self, scope: Scope, memory_type: TypeRef, old_id: str, new: MemoryRecord, *, actor: str = "user") -> MemoryRecord:
         """Replace a record by a new one: the old closes its validity and links its successor."""
+        check.check_scope(scope)
+        check.check_record(new)
         old = await self._load(scope, memory_type, old_id)
         if type(new) is not type(old):
             raise InvalidRecordError(f"a {old.memory_type} record can only be superseded by another {old.memory_type} record")
@@ -184,6 +207,10 @@ class MemoryOS:
 
     async def archive(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user", note: str | None = None) -> MemoryRecord:
         """Take a record out of retrieval without deleting it (status "archived")."""
+        check.check_scope(scope)
+        validate_value(actor, "actor")
+        if note is not None:
+            check.check_text(note, "note", limit=10_000)
         record = await self._load(scope, memory_type, record_id)
         archived = self._revalidate(record, {"status": "archived", "updated_at": self.clock()})
         await self._write(record.memory_type, [archived], "archive", actor, before={record.id: record}, vectors_from=record, note=note)
@@ -191,6 +218,7 @@ class MemoryOS:
 
     async def delete(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user") -> None:
         """Delete a record for real, its history included (right to be forgotten)."""
+        check.check_scope(scope)
         record = await self._load(scope, memory_type, record_id)
         where = Where(scope).id_in([record.id]).build()
         await self.storage.delete_rows(record.memory_type, where)
@@ -200,6 +228,7 @@ class MemoryOS:
 
     async def get(self, scope: Scope, memory_type: TypeRef, record_id: str) -> MemoryRecord:
         """One record by id (RecordNotFoundError if it is not in this scope)."""
+        check.check_scope(scope)
         return self._redact(await self._load(scope, memory_type, record_id))
 
     async def list(
@@ -214,8 +243,11 @@ class MemoryOS:
         limit: int | None = 100,
     ) -> list[MemoryRecord]:
         """Records of one store in `scope`, oldest first by their time field."""
+        check.check_scope(scope)
         record_type = self.record_type(memory_type)
-        statuses = (status,) if isinstance(status, str) else tuple(status or ())
+        statuses = check.check_statuses(status)
+        tags, since, until = check.check_tags(tags), check.check_time(since, "since"), check.check_time(until, "until")
+        limit = check.check_int(limit, "limit", low=0, high=2**31, optional=True)
         where = Where(scope).status_in(statuses).tags_any(tags).time_range(record_type.time_field, since, until).build()
         table = self.storage.type_table(record_type.memory_type)
         rows = await self.storage.rows(record_type.memory_type, where)
@@ -224,6 +256,8 @@ class MemoryOS:
 
     async def history(self, scope: Scope, record_id: str | None = None, *, limit: int | None = None) -> list[HistoryEntry]:
         """The audit trail of `scope` (or of one record in it), oldest first."""
+        check.check_scope(scope)
+        limit = check.check_int(limit, "limit", low=0, high=2**31, optional=True)
         where = Where(scope)
         if record_id is not None:
             where.eq("record_id", validate_record_id(record_id))
@@ -232,6 +266,9 @@ class MemoryOS:
 
     async def counts(self, scope: Scope, *, status: str | None = "active") -> dict[str, int]:
         """Number of records per store in `scope`."""
+        check.check_scope(scope)
+        if status is not None:
+            check.check_statuses(status)
         where = Where(scope).status_in((status,) if status else None).build()
         return {name: await self.storage.count(name, where) for name in self.types}
 
@@ -319,8 +356,13 @@ class MemoryOS:
         Returns the `k` best hits, or with `budget_tokens` the best hits that fit the budget
         when rendered. Each hit carries its store, score parts and provenance.
         """
-        if not isinstance(query, str):
-            raise ConfigError(f"query must be a string, got {type(query).__name__}")
+        query, scope = check.check_query(query), check.check_scope(scope)
+        k = check.check_int(k, "k", low=1, high=check.MAX_K)
+        budget_tokens = check.check_budget(budget_tokens)
+        tags, since, until = check.check_tags(tags), check.check_time(since, "since"), check.check_time(until, "until")
+        check.check_bool(include_inactive, "include_inactive")
+        if types is not None and (isinstance(types, str | type) or not isinstance(types, Sequence)):
+            raise ConfigError(f"types must be a list of store names, got {types!r}")
         names = [self.record_type(t).memory_type for t in (types or self.searchable_types)]
         request = SearchRequest(
             query=query, scope=scope, types=names, k=k, budget_tokens=budget_tokens, since=since, until=until,
@@ -338,7 +380,16 @@ class MemoryOS:
         """Store conversation turns as episodic records (raw mode: no model), batched.
 
         Each turn is also found by the words of the turn before it (`previous` for the first)."""
-        episodes = episodes_from_messages(messages, scope, self.clock(), previous=previous)
+        check.check_scope(scope)
+        validate_value(actor, "actor")
+        if isinstance(messages, str | bytes | dict) or not isinstance(messages, Iterable):
+            raise InvalidRecordError(f"messages must be a list of messages (dicts or Message), got {type(messages).__name__}")
+        if previous is not None and not isinstance(previous, Episode):
+            raise InvalidRecordError(f"previous must be an Episode or None, got {type(previous).__name__}")
+        try:
+            episodes = episodes_from_messages(messages, scope, self.clock(), previous=previous)
+        except ValidationError as exc:
+            raise InvalidRecordError(f"a message cannot be stored as an episode: {check.describe_errors(exc)}") from None
         for start in range(0, len(episodes), 512):
             await self.add(scope, episodes[start : start + 512], actor=actor)
         return episodes
@@ -388,9 +439,28 @@ class MemoryOS:
         """The working context of `scope` (`memos.session.MemorySession`), resumed from the store."""
         from .session import MemorySession
 
-        return await MemorySession.open(self, scope, **options)
+        return await MemorySession.open(self, check.check_scope(scope), **options)
 
     # --- internals -----------------------------------------------------------------------
+
+    async def _check_ids_free(self, records: list[MemoryRecord]) -> None:
+        """Ids set explicitly must be unused in every table (one `id IN (...)` query per table).
+
+        Ids left to `new_id()` are fresh uuid4s and are not looked up, so bulk ingest pays nothing."""
+        explicit = [r.id for r in records if "id" in r.model_fields_set]
+        for start in range(0, len(explicit), 1000):
+            chunk = explicit[start : start + 1000]
+            for name in self.storage.tables:
+                taken = await self.storage.rows(name, Where().id_in(chunk).build(), columns=["id"], limit=1)
+                if taken:
+                    raise DuplicateIdError(taken[0]["id"])
+
+    def _clear_secret(self, record: MemoryRecord, field: str, changes: dict[str, Any]) -> str:
+        """A secret field's clear value: as just given, or the stored one decrypted."""
+        value = getattr(record, field)
+        if not value or field in changes:
+            return value or ""
+        return self.cipher().decrypt(value, self._aad(record))
 
     def _revalidate(self, record: R, changes: dict[str, Any]) -> R:
         data = {**record.model_dump(), **changes}
@@ -401,7 +471,7 @@ class MemoryOS:
 
     async def _load(self, scope: Scope, memory_type: TypeRef, record_id: str) -> MemoryRecord:
         name = self.record_type(memory_type).memory_type
-        where = Where(scope).id_in([record_id]).build()
+        where = Where(check.check_scope(scope)).id_in([validate_record_id(record_id)]).build()
         rows = await self.storage.rows(name, where, limit=1)
         if not rows:
             raise RecordNotFoundError(f"no {name} record {record_id!r} in scope {scope}")
@@ -450,6 +520,8 @@ class MemoryOS:
 
         from .crypto import ENV_KEY, VaultCipher, generate_key, load_keys, pending_key_file, write_key_file
 
+        if new_key is not None and (not isinstance(new_key, bytes) or len(new_key) != 32):
+            raise ConfigError("new_key must be 32 random bytes (or None to generate one)")
         if _os.environ.get(ENV_KEY):
             raise ConfigError(f"the vault key comes from ${ENV_KEY}; rotate with a key file (unset it), then export the new key")
         keys = load_keys(self.key_file)
@@ -488,7 +560,9 @@ class MemoryOS:
         """
         from .crypto import SENSITIVITY, VaultAccessError
 
-        if clearance not in SENSITIVITY:
+        check.check_scope(scope)
+        validate_value(approved_by, "approved_by")
+        if not isinstance(clearance, str) or clearance not in SENSITIVITY:
             raise ConfigError(f"clearance must be one of {list(SENSITIVITY)}, got {clearance!r}")
         record = await self._load(scope, "vault", record_id)
         level = getattr(record, "sensitivity", "high")

@@ -3,7 +3,14 @@
 `export_scope` writes a scope's records and history as JSON lines; vault secrets leave only
 as the ciphertext they are stored as. `import_lines` reads them back (into the same or another
 user), re-embedding text and re-encrypting vault secrets for the target (the source key is
-needed when the user or the key changes). `forget_user` deletes a user's records, history and
+needed when the user or the key changes).
+
+Ids stay unique across the database on import: a record whose id already belongs to the same
+user in the same store is that record again and is replaced by the imported version (importing
+one export twice changes nothing); an id held by another user or by another store is never
+touched: the imported record gets a fresh id, and the import's own references to it
+(`source_ids`, `superseded_by`, its history) follow. History rows are re-id'd the same way.
+`forget_user` deletes a user's records, history and
 session state everywhere, rebuilds the full-text indexes and purges old table versions, so
 nothing of the user remains on disk.
 """
@@ -16,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .crypto import VaultCipher
 from .exceptions import ConfigError, InvalidRecordError
+from .memtypes import new_id
 from .scope import Scope, Where
 
 if TYPE_CHECKING:
@@ -77,22 +85,66 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
             raise InvalidRecordError(f"line {number}: unknown kind {kind!r}")
     if header is None:
         raise ConfigError(f"no {FORMAT} header: not a memos export")
-    counts = {"records": 0, "history": 0}
+    counts = {"records": 0, "history": 0, "reassigned": 0}
+    renamed = await _foreign_ids(memory, by_type)
+    counts["reassigned"] = len(renamed)
     for name, pairs in by_type.items():
-        records = [_rekey(memory, record, original, source) for record, original in pairs]
+        records = [_rekey(memory, _renamed(record, renamed), original, source) for record, original in pairs]
         table = memory.storage.type_table(name)
         vectors = await memory.embed_documents([r.index_text() for r in records])
         await memory.storage.upsert_rows(name, [table.to_row(r.model_copy(update={"text": r.search_text()}), v)
                                                 for r, v in zip(records, vectors, strict=True)])
         counts["records"] += len(records)
     if history:
+        taken = await _taken_history_ids(memory, [str(r.get("id", "")) for r in history])
+        for row in history:
+            row["record_id"] = renamed.get(row.get("record_id"), row.get("record_id"))
+            if row.get("id") in taken and taken[row["id"]] != row.get("user_id"):
+                row["id"] = new_id()  # another user's audit row: never overwritten
         await memory.storage.rewrite_history([_history_row(r) for r in history])
         counts["history"] = len(history)
     return counts
 
 
+async def _foreign_ids(memory: MemoryOS, by_type: dict[str, list[Any]]) -> dict[str, str]:
+    """Imported ids already held by another user or another store, each mapped to a fresh id."""
+    owner = {record.id: (name, record.user_id) for name, pairs in by_type.items() for record, _ in pairs}
+    ids = sorted(owner)
+    renamed: dict[str, str] = {}
+    for start in range(0, len(ids), 1000):
+        chunk = ids[start : start + 1000]
+        for name in memory.storage.tables:
+            for row in await memory.storage.rows(name, Where().id_in(chunk).build(), columns=["id", "user_id"]):
+                if owner[row["id"]] != (name, row["user_id"]):
+                    renamed[row["id"]] = new_id()
+    return renamed
+
+
+def _renamed(record: Any, renamed: dict[str, str]) -> Any:
+    """`record` with its id and its references to re-id'd records moved to their fresh ids."""
+    if not renamed:
+        return record
+    updates: dict[str, Any] = {"source_ids": [renamed.get(i, i) for i in record.source_ids]}
+    if record.id in renamed:
+        updates["id"] = renamed[record.id]
+    if record.superseded_by in renamed:
+        updates["superseded_by"] = renamed[record.superseded_by]
+    return record.model_copy(update=updates)
+
+
+async def _taken_history_ids(memory: MemoryOS, ids: list[str]) -> dict[str, str]:
+    """History row ids already stored, each with the user whose row it is."""
+    taken: dict[str, str] = {}
+    valid = [i for i in ids if i]
+    for start in range(0, len(valid), 1000):
+        rows = await memory.storage.raw_history(Where().id_in(valid[start : start + 1000]).build() or "false")
+        taken |= {r["id"]: r["user_id"] for r in rows}
+    return taken
+
+
 def _rekey(memory: MemoryOS, record: Any, original: dict[str, Any], source: VaultCipher | None) -> Any:
-    """Secrets stay ciphertext; they are re-encrypted only when the user or the key changes."""
+    """Secrets stay ciphertext; they are re-encrypted only when the user, the id or the key changes
+    (with the source key, or this store's own key when it made them)."""
     if not record.secret_fields:
         return record
     updates = {}
@@ -104,6 +156,8 @@ def _rekey(memory: MemoryOS, record: Any, original: dict[str, Any], source: Vaul
         new_aad = memory.associated_data(record)
         if old_aad == new_aad and memory.cipher().can_decrypt(token):
             continue
+        if source is None and memory.cipher().can_decrypt(token):
+            source = memory.cipher()  # made with this store's own key (a copy or a re-id'd record)
         if source is None:
             raise ConfigError("this export's vault secrets were made with another key or user; pass the source key to re-encrypt them")
         updates[field] = memory.cipher().encrypt(source.decrypt(token, old_aad), new_aad)

@@ -112,9 +112,13 @@ class Scope:
 def _timestamp(value: datetime, what: str) -> str:
     if not isinstance(value, datetime):
         raise InvalidFilterError(f"{what} must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return "TIMESTAMP '" + value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f") + "'"
+    try:
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidFilterError(f"{what} {value!r} is outside the years 1 to 9999 once taken to UTC") from None
+    # strftime's %Y does not pad years before 1000, which the SQL parser then rejects
+    return (f"TIMESTAMP '{value.year:04d}-{value.month:02d}-{value.day:02d} "
+            f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}'")
 
 
 class Where:

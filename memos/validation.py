@@ -1,0 +1,218 @@
+"""Argument checks at the edge of the public facade.
+
+Every public `MemoryOS` method checks its arguments here first, so bad input becomes the memos
+error that names the fix (`InvalidFilterError` for a scope, id, tag, date or bound;
+`InvalidRecordError` for a record or change) before anything is read or written; no pydantic,
+arrow, LanceDB or Python built-in error escapes for a bad argument. The limits are the
+documented ones: text fields up to `MAX_TEXT_CHARS`, a query up to `MAX_QUERY_CHARS`, `k` up to
+`MAX_K`, a token budget up to `MAX_BUDGET_TOKENS`, dates from year 1 to 9999.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from memos.memtypes import MemoryRecord
+
+from .exceptions import DuplicateIdError, InvalidFilterError, InvalidRecordError
+from .scope import Scope, validate_record_id, validate_value
+
+__all__ = [
+    "MAX_BATCH",
+    "MAX_BUDGET_TOKENS",
+    "MAX_K",
+    "MAX_QUERY_CHARS",
+    "MAX_TEXT_CHARS",
+    "check_bool",
+    "check_budget",
+    "check_changes",
+    "check_int",
+    "check_query",
+    "check_record",
+    "check_records",
+    "check_scope",
+    "check_secret_not_exposed",
+    "check_statuses",
+    "check_tags",
+    "check_text",
+    "check_time",
+    "describe_errors",
+]
+
+MAX_TEXT_CHARS = 1_000_000
+"""The longest value of any text field of a record (the records' own pydantic limit)."""
+MAX_QUERY_CHARS = 100_000
+"""The longest search query (the same limit as one chat message)."""
+MAX_K = 1_000
+"""The most hits one search returns."""
+MAX_BUDGET_TOKENS = 10_000_000
+"""The largest token budget a search packs into."""
+MAX_BATCH = 100_000
+"""The most records one `add` call takes (split a larger import into batches)."""
+_STATUSES = ("active", "superseded", "archived")
+
+
+def check_scope(scope: object) -> Scope:
+    """`scope` must be a `Scope` (user required)."""
+    if not isinstance(scope, Scope):
+        raise InvalidFilterError(f"scope must be a memos.Scope such as Scope('alice'), got {type(scope).__name__}")
+    return scope
+
+
+def check_text(value: object, what: str, *, limit: int = MAX_TEXT_CHARS) -> str:
+    """A string of valid Unicode (no lone surrogates) of at most `limit` characters."""
+    if not isinstance(value, str):
+        raise InvalidRecordError(f"{what} must be a string, got {type(value).__name__}")
+    if len(value) > limit:
+        raise InvalidRecordError(f"{what} is {len(value):,} characters; the limit is {limit:,} (split it, or store it as a resource)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRecordError(f"{what} contains unpaired surrogates (not valid Unicode text)") from None
+    return value
+
+
+def check_query(query: object) -> str:
+    """A search query: a string of valid Unicode up to `MAX_QUERY_CHARS`."""
+    if not isinstance(query, str):
+        raise InvalidFilterError(f"query must be a string, got {type(query).__name__}")
+    try:
+        return check_text(query, "query", limit=MAX_QUERY_CHARS)
+    except InvalidRecordError as exc:
+        raise InvalidFilterError(str(exc)) from None
+
+
+def check_int(value: object, what: str, *, low: int, high: int, optional: bool = False) -> int | None:
+    """An int (not a bool) in [low, high]; None too when `optional`."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidFilterError(f"{what} must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidFilterError(f"{what} must be between {low:,} and {high:,}, got {value:,}")
+    return value
+
+
+def check_budget(value: object) -> int | None:
+    """A token budget: None, or 1 to `MAX_BUDGET_TOKENS`."""
+    return check_int(value, "budget_tokens", low=1, high=MAX_BUDGET_TOKENS, optional=True)
+
+
+def check_bool(value: object, what: str) -> bool:
+    """A real bool (not 0, 1 or "yes")."""
+    if not isinstance(value, bool):
+        raise InvalidFilterError(f"{what} must be True or False, got {type(value).__name__}")
+    return value
+
+
+def check_time(value: object, what: str) -> datetime | None:
+    """None or a datetime from year 1 to 9999 (naive means UTC); returned in UTC."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidFilterError(f"{what} must be a datetime, got {type(value).__name__}")
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidFilterError(f"{what} {value!r} is outside the years 1 to 9999 once taken to UTC") from None
+
+
+def check_tags(tags: object) -> list[str] | None:
+    """None or a list of tag strings."""
+    if tags is None:
+        return None
+    if isinstance(tags, str) or not isinstance(tags, Sequence):
+        raise InvalidFilterError(f"tags must be a list of strings, got {type(tags).__name__}")
+    return [validate_value(t, "tag") for t in tags]
+
+
+def check_statuses(status: object) -> tuple[str, ...]:
+    """A status, a list of them, or None (all)."""
+    if status is None:
+        return ()
+    statuses = (status,) if isinstance(status, str) else status
+    if not isinstance(statuses, Sequence) or any(s not in _STATUSES for s in statuses):
+        raise InvalidFilterError(f"status must be one of {list(_STATUSES)} (or a list of them, or None), got {status!r}")
+    return tuple(statuses)
+
+
+def check_record(record: object) -> MemoryRecord:
+    """A `MemoryRecord` whose text is valid and within limits and whose id is usable.
+
+    The facade re-validates every field against the record's type before it writes (a record
+    built with `model_construct` included), so this checks only what that leaves unclear."""
+    if not isinstance(record, MemoryRecord):
+        raise InvalidRecordError(f"expected a memory record (e.g. Fact(...)), got {type(record).__name__}")
+    for name, value in record.__dict__.items():
+        if type(value) is list:
+            for item in value:
+                if isinstance(item, str) and not _plain(item):
+                    check_text(item, f"{record.memory_type}.{name}")
+        elif isinstance(value, str) and not _plain(value):
+            check_text(value, f"{record.memory_type}.{name}")
+    validate_record_id(record.id)
+    return record
+
+
+def _plain(text: str) -> bool:
+    """Fast path: short enough and ASCII (so no surrogate); anything else gets the full check."""
+    return len(text) <= MAX_TEXT_CHARS and text.isascii()
+
+
+def check_records(records: object) -> list[MemoryRecord]:
+    """One record or an iterable of records, each checked; their ids must differ."""
+    if isinstance(records, MemoryRecord):
+        items = [records]
+    elif isinstance(records, Iterable) and not isinstance(records, str | bytes | Mapping):
+        items = list(records)
+    else:
+        raise InvalidRecordError(f"expected a record or a list of records, got {type(records).__name__}")
+    if len(items) > MAX_BATCH:
+        raise InvalidRecordError(f"{len(items):,} records in one add; the limit is {MAX_BATCH:,} (add them in batches)")
+    seen: set[str] = set()
+    for record in items:
+        check_record(record)
+        if record.id in seen:
+            raise DuplicateIdError(record.id, "twice in this batch")
+        seen.add(record.id)
+    return items
+
+
+def check_changes(changes: object) -> dict[str, Any]:
+    """An update's changes: a dict of field name to value; text values are checked."""
+    if not isinstance(changes, Mapping) or not all(isinstance(k, str) for k in changes):
+        raise InvalidRecordError(f"changes must be a dict of field name to new value, got {type(changes).__name__}")
+    for name, value in changes.items():
+        for item in value if isinstance(value, list) else (value,):
+            if isinstance(item, str):
+                check_text(item, name)
+    return dict(changes)
+
+
+def check_secret_not_exposed(record: MemoryRecord, clear: Mapping[str, str]) -> None:
+    """Refuse a record whose clear secret occurs in a field that is embedded, indexed or shown.
+
+    `clear` maps each secret field to its clear value. Only the caption (and the type's other
+    fields) are ever shown, so a secret inside them would leak through the very part meant to
+    describe it."""
+    shown = [name for name in (*type(record).content_fields(), "tags") if name not in record.secret_fields]
+    for field, secret in clear.items():
+        secret = (secret or "").strip()
+        if not secret:
+            continue
+        for name in shown:
+            value = getattr(record, name)
+            values = value if isinstance(value, list) else [value]
+            if any(isinstance(v, str) and secret in v for v in values):
+                raise InvalidRecordError(
+                    f"a {record.memory_type} item's {name} must not contain its {field}: the {name} is embedded, "
+                    f"indexed and shown in clear; describe the item instead (e.g. 'bank card PIN')")
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """The first few of pydantic's errors, one line each (field: message)."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()[:5])
