@@ -16,9 +16,11 @@ from typing import Protocol
 
 from memos.memtypes import Episode
 
+from .fulltext import has_cjk
+
 __all__ = ["ExtractiveSummarizer", "Summarizer", "turn_line"]
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 _EARLIER = "(earlier turns omitted)"
 
 
@@ -31,8 +33,11 @@ class Summarizer(Protocol):
 def turn_line(turn: Episode, max_words: int = 30) -> str:
     """One summary line for a turn: date, speaker and its first sentence (cut at `max_words`)."""
     first = _SENTENCE.split(turn.summary.strip(), maxsplit=1)[0]
-    words = first.split()
-    text = " ".join(words[:max_words]) + (" ..." if len(words) > max_words else "")
+    if has_cjk(first):  # Chinese has no spaces: two characters stand for a word
+        text = first[: 2 * max_words] + (" ..." if len(first) > 2 * max_words else "")
+    else:
+        words = first.split()
+        text = " ".join(words[:max_words]) + (" ..." if len(words) > max_words else "")
     when = f"{turn.occurred_at:%Y-%m-%d}"
     return f"- [{when}] {turn.actor}: {text}" if turn.actor else f"- [{when}] {text}"
 

@@ -11,13 +11,13 @@ benchmarks all come through `search`.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from .embeddings import TextEmbedder
+from .fulltext import query_words
 from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, fuse, rank_rows
 from .scope import Scope, Where
@@ -26,13 +26,13 @@ from .temporal import parse_time_window
 
 __all__ = ["RowView", "SearchRequest", "fts_query", "search"]
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 MAX_QUERY_CHARS = 4_000
 
 
 def fts_query(text: str) -> str:
-    """The query as plain words for the full-text index (no operators, quotes or field syntax)."""
-    return " ".join(_WORD.findall(text[:MAX_QUERY_CHARS]))
+    """The query as plain words for the full-text index (no operators, quotes or field syntax;
+    Chinese as bigrams, see `memos.fulltext`)."""
+    return query_words(text[:MAX_QUERY_CHARS])
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ hidden because a phrase was misread.
 
 Dates without a year ("in May", "on 3 June") mean the most recent such date that is not in the
 future, so "in December" asked on 5 January is last December. Relative expressions are
-relative to `now` (the memory's clock). No I/O, no model.
+relative to `now` (the memory's clock). No I/O, no model. Chinese expressions (昨天, 上个月,
+2023年5月8日, 春节前) are read by `memos.temporal_zh` with the same rules, first when the query
+holds Chinese.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["TimeWindow", "parse_time_window"]
+__all__ = ["TimeWindow", "ago_window", "day_window", "month_window", "parse_time_window", "relative_window"]
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS |= {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
@@ -31,6 +33,8 @@ _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 
 _COUNT = r"(?P<count>\d{1,3}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + r")"
 _UNIT = r"(?P<unit>day|week|month|year)s?"
 _SEASONS = {"spring": (3, 3), "summer": (6, 3), "autumn": (9, 3), "fall": (9, 3), "winter": (12, 3)}
+
+_HAN = re.compile("[\u4e00-\u9fff]")
 
 DAY_SLACK = timedelta(days=1)
 """A named day also covers the day before and after (time zones; "that evening")."""
@@ -84,6 +88,12 @@ def parse_time_window(query: str, now: datetime) -> TimeWindow | None:
     """The time window the most specific time expression in `query` names, or None."""
     now = now.astimezone(UTC) if now.tzinfo else now.replace(tzinfo=UTC)
     text = query[:2000]
+    if _HAN.search(text):
+        from .temporal_zh import parse_zh  # it builds on this module's helpers
+
+        found = parse_zh(text, now)
+        if found is not None:
+            return TimeWindow(*found)
     for name, pattern in _PATTERNS:
         for match in pattern.finditer(text):
             if name == "anchored":
@@ -105,23 +115,23 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
         if name in ("day_month", "month_day"):
             month, day = _month(g["month"]), int(g["day"])
             year = now.year if (month, day) <= (now.month, now.day) else now.year - 1
-            return _day(year, month, day)
+            return day_window(year, month, day)
         if name == "month_year":
-            return _month_span(int(g["year"]), _month(g["month"]), 1)
+            return month_window(int(g["year"]), _month(g["month"]), 1)
         if name == "season_year":
             start, months = _SEASONS[g["season"].lower()]
-            return _month_span(int(g["year"]), start, months)
+            return month_window(int(g["year"]), start, months)
         if name == "ago":
-            return _ago(_count(g["count"]), g["unit"].lower(), now)
+            return ago_window(_count(g["count"]), g["unit"].lower(), now)
         if name == "relative":
-            return _relative(g["which"].lower(), g["unit"].lower(), now)
+            return relative_window(g["which"].lower(), g["unit"].lower(), now)
         if name == "named_day":
             today = datetime(now.year, now.month, now.day, tzinfo=UTC)
             start = today - timedelta(days=1) if g["which"].lower() == "yesterday" else today
             return start, start + timedelta(days=1)
         if name == "month":
             month = _month(g["month"])
-            return _month_span(now.year if month <= now.month else now.year - 1, month, 1)
+            return month_window(now.year if month <= now.month else now.year - 1, month, 1)
         if name == "year":
             return datetime(int(g["year"]), 1, 1, tzinfo=UTC), datetime(int(g["year"]) + 1, 1, 1, tzinfo=UTC)
     except ValueError:  # "31 February", "0 May": not a date
@@ -131,7 +141,7 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
 
 def _full_date(g: dict[str, str]) -> tuple[datetime, datetime]:
     """The window of a date written with day, month and year (ValueError if it is no date)."""
-    return _day(int(g["year"]), _month(g["month"]), int(g["day"]))
+    return day_window(int(g["year"]), _month(g["month"]), int(g["day"]))
 
 
 def _month(text: str) -> int:
@@ -142,12 +152,14 @@ def _count(text: str) -> int:
     return int(text) if text.isdigit() else _NUMBERS[" ".join(text.lower().split())]
 
 
-def _day(year: int, month: int, day: int) -> tuple[datetime, datetime]:
+def day_window(year: int, month: int, day: int) -> tuple[datetime, datetime]:
+    """A named day, with `DAY_SLACK` either side (ValueError if it is no date)."""
     start = datetime(year, month, day, tzinfo=UTC)
     return start - DAY_SLACK, start + timedelta(days=1) + DAY_SLACK
 
 
-def _month_span(year: int, month: int, months: int) -> tuple[datetime, datetime]:
+def month_window(year: int, month: int, months: int) -> tuple[datetime, datetime]:
+    """`months` calendar months from the first of `month` (a season is three)."""
     start = datetime(year, month, 1, tzinfo=UTC)
     end_month = month - 1 + months
     return start, datetime(year + end_month // 12, end_month % 12 + 1, 1, tzinfo=UTC)
@@ -159,7 +171,7 @@ def _shift_months(when: datetime, months: int) -> datetime:
     return when.replace(year=year, month=month + 1, day=min(when.day, calendar.monthrange(year, month + 1)[1]))
 
 
-def _ago(count: int, unit: str, now: datetime) -> tuple[datetime, datetime]:
+def ago_window(count: int, unit: str, now: datetime) -> tuple[datetime, datetime]:
     """ "3 weeks ago": that week; "4 years ago": that year (a loose reading, it is a boost)."""
     today = datetime(now.year, now.month, now.day, tzinfo=UTC)
     if unit == "day":
@@ -175,7 +187,8 @@ def _ago(count: int, unit: str, now: datetime) -> tuple[datetime, datetime]:
     return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
 
 
-def _relative(which: str, unit: str, now: datetime) -> tuple[datetime, datetime]:
+def relative_window(which: str, unit: str, now: datetime) -> tuple[datetime, datetime]:
+    """ "last" / "this" / "past" week, weekend, month or year, relative to `now`."""
     today = datetime(now.year, now.month, now.day, tzinfo=UTC)
     if unit in ("week", "weekend"):
         monday = today - timedelta(days=today.weekday())

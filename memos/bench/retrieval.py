@@ -3,7 +3,12 @@
 Every turn goes in through `MemoryOS.ingest`; every question is answered by
 `MemoryOS.search(..., budget_tokens=B)`, the search the agent's active retrieval runs. A
 question counts as covered at B when the `source_ids` of the packed hits include all (or
-any) of its evidence dia_ids. Tokens are counted with o200k_base.
+any) of its evidence dia_ids. Tokens are counted with o200k_base. Beside the budgets, a plain
+top-3 search (`k=3`, what a tool call returns) counts the questions whose evidence is all
+(`top3_all`) or partly (`top3_any`) among its three hits.
+
+The same LOCOMO-shaped file format carries the project's Chinese set
+(`tests/data/zh_conversation.json`).
 """
 
 from __future__ import annotations
@@ -52,11 +57,15 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
     questions = [(c, q) for c in conversations for q in c.questions][:max_questions]
     hit_all = {b: 0 for b in BUDGETS}
     hit_any = {b: 0 for b in BUDGETS}
+    top3 = [0, 0]
     tokens = {b: [] for b in BUDGETS}
     by_cat: dict[int, list[int]] = {}
     latencies: list[float] = []
     for n, (conv, q) in enumerate(questions, 1):
         evidence = set(q.evidence)
+        first = {s for h in await mem.search(q.text, Scope(conv.sample_id), k=3) for s in h.source_ids}
+        top3[0] += evidence <= first
+        top3[1] += bool(evidence & first)
         for budget in BUDGETS:
             t0 = time.perf_counter()
             hits = await mem.search(q.text, Scope(conv.sample_id), budget_tokens=budget)
@@ -79,6 +88,8 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
         "turns": turns,
         "recall_all": {str(b): round(hit_all[b] / total, 3) for b in BUDGETS},
         "recall_any": {str(b): round(hit_any[b] / total, 3) for b in BUDGETS},
+        "top3_all": round(top3[0] / total, 3),
+        "top3_any": round(top3[1] / total, 3),
         "recall_all_by_category": {str(c): round(v[0] / max(1, v[1]), 3) for c, v in sorted(by_cat.items())},
         "tokens_used": {str(b): round(statistics.fmean(tokens[b]), 1) if tokens[b] else 0.0 for b in BUDGETS},
         "ingest_turns_per_s": round(turns / ingest_s, 1) if ingest_s else 0.0,

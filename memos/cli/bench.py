@@ -21,6 +21,7 @@ def retrieval(
     dataset: Annotated[str, typer.Option(help="Dataset format.")] = "locomo",
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
     max_questions: Annotated[int | None, typer.Option(help="Stop after this many questions (quick runs).")] = None,
+    embedder: Annotated[str, typer.Option(help="'local' (default), 'none' (full-text only) or an embedder name.")] = "local",
 ) -> None:
     """Evidence recall at token budgets 500/1000/2000/4000 through MemoryOS.search."""
     from ..bench.retrieval import run_retrieval_bench
@@ -32,7 +33,7 @@ def retrieval(
     with Progress(console=console) as progress:
         task = progress.add_task("questions", total=None)
         report = run_sync(run_retrieval_bench(
-            file, max_questions=max_questions, progress=lambda n, total: progress.update(task, completed=n, total=total)
+            file, max_questions=max_questions, embedder=None if embedder == "none" else embedder, progress=lambda n, total: progress.update(task, completed=n, total=total)
         ))
     emit_json(report, json_out)
 

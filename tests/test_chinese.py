@@ -1,0 +1,147 @@
+"""Chinese as a first-class language: found by full-text, mixed with English, kept in the
+user's language by the manager, summarized and played through the demo."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pydantic_ai.messages import ModelResponse, SystemPromptPart, TextPart, ToolCallPart
+from pydantic_ai.models.function import FunctionModel
+
+from memos import MemoryOS, Scope
+from memos.demo import run_demo
+from memos.fulltext import MARK, index_form, query_words
+from memos.ingest import Message
+from memos.memtypes import Episode
+from memos.paging import ExtractiveSummarizer, turn_line
+
+SCOPE = Scope("wang", "bot", "s1")
+T0 = datetime(2024, 2, 18, 20, 0, tzinfo=UTC)
+TURNS = [
+    ("王芳", "我周末在杭州西湖边的体育馆打羽毛球。"),
+    ("李明", "上周我女儿小雨开始学钢琴了，每周六上午上课。"),
+    ("王芳", "I went running in the park with my colleagues yesterday."),
+    ("李明", "我们 team 这周在做 OKR review，deadline 是下周五。"),
+    ("王芳", "春节前买了一辆比亚迪海豹，白色的。"),
+    ("李明", "My sister adopted two cats last month."),
+]
+
+
+async def _ingested(mem: MemoryOS) -> dict[str, str]:
+    messages = [Message(id=f"t{i}", actor=a, text=t, timestamp=T0 + timedelta(minutes=10 * i)) for i, (a, t) in enumerate(TURNS)]
+    for message in messages:  # one at a time: no turn carries another's words as context
+        await mem.ingest(SCOPE, [message])
+    return {m.id: m.text for m in messages}
+
+
+def test_cjk_runs_become_bigrams_and_english_is_left_alone():
+    assert index_form("I went running") == "I went running"  # English is indexed exactly as before
+    form = index_form("我打羽毛球")
+    assert form.startswith("我打羽毛球 " + MARK) and "羽毛 毛球" in form
+    assert index_form(form) == form  # idempotent: a record read back and written again
+    assert query_words("羽毛球") == "羽 毛 球 羽毛 毛球"
+    assert query_words("iPhone15很好用") == "iPhone15 很 好 用 很好 好用"
+    assert query_words("王芳家的猫叫什么？") == "王 芳 家 猫 叫 王芳 芳家 猫叫"  # particles and question words left out
+    assert query_words("什么") == "什 么 什么"  # ...unless nothing else is left
+
+
+async def test_full_text_finds_chinese_words_inside_clauses(db_path: Path):
+    mem = await MemoryOS.open(db_path, embedder=None)
+    await _ingested(mem)
+    for query, expected in [("羽毛球", "t0"), ("杭州", "t0"), ("西湖", "t0"), ("女儿", "t1"), ("钢琴课", "t1"),
+                            ("海豹", "t4"), ("比亚迪", "t4")]:
+        # a turn also carries the words of the turn before it (its context), so the next turn may tie
+        found = [s for h in await mem.search(query, SCOPE, k=2) for s in h.source_ids]
+        assert expected in found, (query, found)
+    [hit] = [h for h in await mem.search("羽毛球", SCOPE, k=1)]
+    assert MARK not in hit.record.text and hit.record.summary == TURNS[0][1]  # the index tokens never show
+
+
+async def test_a_mixed_language_query_finds_both_languages_records(db_path: Path):
+    mem = await MemoryOS.open(db_path, embedder=None)
+    await _ingested(mem)
+    found = [s for h in await mem.search("羽毛球 running", SCOPE, k=3) for s in h.source_ids]
+    assert {"t0", "t2"} <= set(found)
+    found = [s for h in await mem.search("cats 钢琴", SCOPE, k=3) for s in h.source_ids]
+    assert {"t1", "t5"} <= set(found)
+    found = [s for h in await mem.search("OKR review 的 deadline", SCOPE, k=1) for s in h.source_ids]
+    assert found == ["t3"]
+
+
+async def test_a_chinese_date_in_the_query_lifts_that_time(db_path: Path):
+    mem = await MemoryOS.open(db_path, embedder=None, clock=lambda: T0 + timedelta(days=1))
+    old = Message(id="old", actor="王芳", text="我买了一辆自行车。", timestamp=datetime(2023, 5, 8, 9, tzinfo=UTC))
+    new = Message(id="new", actor="王芳", text="我买了一辆电动车。", timestamp=T0)
+    await mem.ingest(SCOPE, [old])
+    await mem.ingest(SCOPE, [new])
+    assert [h.source_ids for h in await mem.search("买了什么", SCOPE, k=2)][0] == ["new"]  # recency breaks the tie
+    assert [h.source_ids for h in await mem.search("2023年5月8日买了什么", SCOPE, k=2)][0] == ["old"]
+
+
+async def test_the_manager_is_told_to_keep_the_users_language_and_the_fact_stays_chinese(mem):
+    seen: list[str] = []
+
+    def manager(messages, info):
+        seen.extend(p.content for m in messages for p in getattr(m, "parts", []) if isinstance(p, SystemPromptPart))
+        seen.extend(m.instructions for m in messages if getattr(m, "instructions", None))
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"actions": [
+            {"kind": "insert", "store": "semantic", "fields": {"subject": "王芳", "summary": "王芳每周日下午打羽毛球"}}]})])
+
+    chat = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("好的，记住了。")]))
+    agent = mem.agent(chat, SCOPE, manager_model=FunctionModel(manager), background=False)
+    await agent.chat("我每周日下午都和同事打羽毛球。")
+    assert any("language the user wrote it in" in text and "Chinese" in text for text in seen)
+    [fact] = await mem.list(Scope("wang"), "semantic")
+    assert fact.summary == "王芳每周日下午打羽毛球"
+    hits = await mem.search("羽毛球", Scope("wang"), k=5, types=["semantic"])
+    assert [h.id for h in hits] == [fact.id]
+
+
+def test_summary_and_reflection_prompts_say_to_keep_the_language():
+    for name in ("summary.j2", "reflection.j2", "manager.j2"):
+        text = (Path(__file__).parent.parent / "prompts" / name).read_text()
+        assert "Chinese" in text and "never translate" in text, name
+
+
+async def test_the_extractive_summary_cuts_chinese_at_a_sentence():
+    turn = Episode(summary="我们去了大理。每天骑电动车环洱海，风景特别美。", actor="王芳", occurred_at=T0)
+    assert turn_line(turn) == "- [2024-02-18] 王芳: 我们去了大理。"
+    long = Episode(summary="很" * 200, actor="王芳", occurred_at=T0)
+    assert turn_line(long, max_words=30).endswith("很 ...") and len(turn_line(long, max_words=30)) < 90
+    summary = await ExtractiveSummarizer(count_tokens=len, max_tokens=60)("", [turn, long])
+    assert "大理" in summary or "(earlier turns omitted)" in summary
+
+
+async def test_the_demo_machinery_runs_on_a_chinese_conversation(tmp_path: Path):
+    turns = [["user", t] if i % 2 == 0 else ["assistant", "好的，我记住了。"] for i, t in enumerate([
+        "你好，我叫王芳，在杭州做产品经理。", "", "我女儿小雨七岁，每周六上午学钢琴。", "",
+        "我们家养了一只英短蓝猫，叫豆豆。", "", "我每周日下午在西湖边打羽毛球。", "",
+        "我的门禁密码是 8842-ZH，别告诉别人。", "", "春节前买了一辆白色的比亚迪海豹。", ""])]
+    script = {
+        "title": "王芳的一周", "assistant": "小助手", "user": "王芳",
+        "sessions": [{"date": "2024-02-12T19:00:00+00:00", "turns": turns[:6]}, {"date": "2024-02-14T19:00:00+00:00", "turns": turns[6:]}],
+        "vault": [{"caption": "门禁密码", "secret": "8842-ZH", "entry_type": "credential"}],
+        "questions": [{"question": "王芳家的猫叫什么？", "expect": "豆豆"}, {"question": "王芳买了什么车？", "expect": "海豹"},
+                      {"question": "小雨什么时候上钢琴课？", "expect": "周六"}],
+    }
+    result = await run_demo(tmp_path / "mem", budget=700, embedder=None, script=script)
+    assert len(result.steps) == 6 and max(s.tokens for s in result.steps) <= 700
+    assert all(a.found for a in result.answers), [(a.question, a.answer) for a in result.answers]
+    assert result.counts["vault"] == 1
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and b"8842-ZH" in p.read_bytes()]
+
+
+async def test_a_store_written_before_bigrams_is_migrated_on_open(db_path: Path):
+    mem = await MemoryOS.open(db_path, embedder=None)
+    await _ingested(mem)
+    table = mem.storage.type_table("episodic").table
+    rows = (await table.query().select(["id", "text"]).to_arrow()).to_pylist()
+    old = [{"id": r["id"], "text": r["text"].split(" " + MARK)[0]} for r in rows]  # as the old code wrote them
+    await table.merge_insert("id").when_matched_update_all().execute(old)
+    await mem.storage.rebuild_text_index("episodic")
+    await mem.storage.delete_meta(["fulltext"])
+    assert not await mem.search("羽毛球", SCOPE, k=3)  # an old store: a Chinese word inside a clause is not found
+    reopened = await MemoryOS.open(db_path, embedder=None)
+    assert [s for h in await reopened.search("羽毛球", SCOPE, k=1) for s in h.source_ids] == ["t0"]
+    assert [s for h in await reopened.search("running", SCOPE, k=1) for s in h.source_ids] == ["t2"]

@@ -1,0 +1,113 @@
+"""Chinese time expressions (pure): the same rules as the English ones, across year ends."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+import pytest
+
+from memos.temporal import parse_time_window
+from memos.temporal_zh import LUNAR_NEW_YEAR
+
+NOW = datetime(2026, 1, 5, 15, 30, tzinfo=UTC)  # a Monday, five days into a new year
+NEW_YEAR_DAY = datetime(2024, 1, 1, 9, 0, tzinfo=UTC)  # a Monday, the first day of a year
+
+
+def span(query: str, now: datetime = NOW) -> tuple[date, date] | None:
+    window = parse_time_window(query, now)
+    return (window.since.date(), window.until.date()) if window else None
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("2023年5月8日我们去了哪里？", (date(2023, 5, 7), date(2023, 5, 10))),  # a day, one day of slack
+    ("二〇二三年五月八号发生了什么", (date(2023, 5, 7), date(2023, 5, 10))),  # numbers in Chinese
+    ("2025年12月31日的聚会", (date(2025, 12, 30), date(2026, 1, 2))),  # the slack crosses the year
+    ("2023年12月买了什么？", (date(2023, 12, 1), date(2024, 1, 1))),  # a month ends a year
+    ("2021年夏天的旅行", (date(2021, 6, 1), date(2021, 9, 1))),
+    ("2025年冬天我们计划了什么", (date(2025, 12, 1), date(2026, 3, 1))),  # a season across a year end
+    ("2022年有什么大事？", (date(2022, 1, 1), date(2023, 1, 1))),
+    ("2023年5月8日之前一直在忙什么", (date(2023, 4, 23), date(2023, 5, 9))),  # before: ANCHOR_REACH
+    ("2023年5月8日以后", (date(2023, 5, 8), date(2023, 5, 24))),
+])
+def test_absolute_dates(query, expected):
+    assert span(query) == expected
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("十二月买了什么？", (date(2025, 12, 1), date(2026, 1, 1))),  # asked in January: last December
+    ("一月呢？", (date(2026, 1, 1), date(2026, 2, 1))),  # the current month is this year's
+    ("五月八号那天", (date(2025, 5, 7), date(2025, 5, 10))),  # a day without a year: the last one
+    ("12月24日的礼物", (date(2025, 12, 23), date(2025, 12, 26))),  # not yet reached this year
+    ("1月2号发生了什么", (date(2026, 1, 1), date(2026, 1, 4))),
+    ("去年", (date(2025, 1, 1), date(2026, 1, 1))),
+    ("今年有什么计划", (date(2026, 1, 1), date(2027, 1, 1))),
+    ("前年", (date(2024, 1, 1), date(2025, 1, 1))),
+    ("去年五月我们在哪？", (date(2025, 5, 1), date(2025, 6, 1))),
+    ("去年十二月", (date(2025, 12, 1), date(2026, 1, 1))),
+    ("今年夏天", (date(2026, 6, 1), date(2026, 9, 1))),
+    ("去年冬天", (date(2025, 12, 1), date(2026, 3, 1))),  # winter reaches into this year
+    ("上个月", (date(2025, 12, 1), date(2026, 1, 1))),  # December of the year before
+    ("这个月", (date(2026, 1, 1), date(2026, 2, 1))),
+    ("上周", (date(2025, 12, 29), date(2026, 1, 5))),  # last week straddles the year end
+    ("这周", (date(2026, 1, 5), date(2026, 1, 12))),
+    ("上个星期", (date(2025, 12, 29), date(2026, 1, 5))),
+    ("上周末去哪了", (date(2026, 1, 3), date(2026, 1, 5))),
+    ("周末做了什么", (date(2026, 1, 3), date(2026, 1, 5))),  # asked on a Monday: the one just past
+    ("上周六", (date(2026, 1, 2), date(2026, 1, 5))),  # a named day, one day of slack
+    ("昨天", (date(2026, 1, 4), date(2026, 1, 5))),
+    ("前天晚上", (date(2026, 1, 3), date(2026, 1, 4))),
+    ("今天", (date(2026, 1, 5), date(2026, 1, 6))),
+    ("三天前", (date(2026, 1, 2), date(2026, 1, 3))),
+    ("6天前", (date(2025, 12, 30), date(2025, 12, 31))),  # across the year end
+    ("两周前", (date(2025, 12, 19), date(2025, 12, 26))),
+    ("三个月前", (date(2025, 10, 1), date(2025, 11, 1))),
+    ("两年前", (date(2024, 1, 1), date(2025, 1, 1))),
+])
+def test_relative_dates(query, expected):
+    assert span(query) == expected
+
+
+@pytest.mark.parametrize(("query", "now", "expected"), [
+    ("昨天", NEW_YEAR_DAY, (date(2023, 12, 31), date(2024, 1, 1))),  # yesterday was last year
+    ("上个月", NEW_YEAR_DAY, (date(2023, 12, 1), date(2024, 1, 1))),
+    ("去年", NEW_YEAR_DAY, (date(2023, 1, 1), date(2024, 1, 1))),
+    ("上周末", NEW_YEAR_DAY, (date(2023, 12, 30), date(2024, 1, 1))),
+    ("三天前", datetime(2024, 1, 2, tzinfo=UTC), (date(2023, 12, 30), date(2023, 12, 31))),
+])
+def test_year_ends(query, now, expected):
+    assert span(query, now) == expected
+
+
+@pytest.mark.parametrize(("query", "now", "expected"), [
+    ("春节前买了什么？", datetime(2024, 2, 18, tzinfo=UTC), (date(2024, 1, 26), date(2024, 2, 11))),
+    ("春节后", datetime(2024, 3, 1, tzinfo=UTC), (date(2024, 2, 9), date(2024, 3, 2))),
+    ("春节", datetime(2024, 1, 5, tzinfo=UTC), (date(2023, 1, 21), date(2023, 1, 29))),  # not yet this year: the last one
+    ("2025年春节前", NOW, (date(2025, 1, 14), date(2025, 1, 30))),
+    ("去年春节", NOW, (date(2025, 1, 28), date(2025, 2, 5))),
+    ("2023年国庆节", NOW, (date(2023, 10, 1), date(2023, 10, 8))),
+    ("国庆前", NOW, (date(2025, 9, 16), date(2025, 10, 2))),
+])
+def test_festivals(query, now, expected):
+    assert span(query, now) == expected
+
+
+def test_spring_festival_table_is_plausible():
+    """Every lunar new year falls between 21 January and 20 February."""
+    assert all(date(y, 1, 21) <= date(y, m, d) <= date(y, 2, 20) for y, (m, d) in LUNAR_NEW_YEAR.items())
+    assert LUNAR_NEW_YEAR[2024] == (2, 10) and LUNAR_NEW_YEAR[2023] == (1, 22)
+
+
+@pytest.mark.parametrize("query", [
+    "李明买了什么牌子的吉他？",  # no time at all
+    "五个人一起吃饭",  # a count, not a month
+    "十三月",  # no such month
+    "2月30日",  # no such day
+    "每周日下午打球",  # a habit, not a date
+])
+def test_no_window(query):
+    assert span(query) is None
+
+
+def test_mixed_query_reads_the_chinese_date():
+    assert span("what did Li Ming do 2023年5月?") == (date(2023, 5, 1), date(2023, 6, 1))
+    assert span("我们 last month 聊了什么") == (date(2025, 12, 1), date(2026, 1, 1))  # English still read
