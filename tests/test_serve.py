@@ -50,7 +50,7 @@ def assert_error(r, status: int, kind: str | None = None) -> dict:
     return body["error"]
 
 
-async def test_records_add_get_update_supersede_list_history_delete(api):
+async def test_records_add_get_update_supersede_list_history_delete(api, clock):
     alice = await api.key("alice")
     r = await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "Alice lives in Lisbon"}, headers=alice)
     assert r.status_code == 201
@@ -58,8 +58,10 @@ async def test_records_add_get_update_supersede_list_history_delete(api):
     assert fact["user_id"] == "alice" and fact["memory_type"] == "semantic"
     got = (await api.http.get(f"/v1/stores/semantic/{fact['id']}", headers=alice)).json()
     assert got["summary"] == "Alice lives in Lisbon"
+    clock.advance(seconds=1)
     r = await api.http.patch(f"/v1/stores/semantic/{fact['id']}", json={"importance": 0.9}, headers=alice)
     assert r.json()["importance"] == 0.9
+    clock.advance(seconds=1)
     r = await api.http.post(f"/v1/stores/semantic/{fact['id']}/supersede", json={"subject": "alice", "summary": "Alice lives in Porto"},
                             headers=alice)
     assert r.status_code == 201
@@ -100,8 +102,9 @@ async def test_search_with_budget_types_time_window_and_score_parts(api):
 async def test_messages_make_turns_a_timeline_with_provenance_and_a_compiled_context(api):
     alice = await api.key("alice")
     r = await api.http.post("/v1/messages", json={"session_id": "s1", "messages": [
-        {"role": "user", "text": "I started learning the violin last week"},
-        {"role": "assistant", "text": "How exciting! How are the lessons going?"}]}, headers=alice)
+        {"role": "user", "text": "I started learning the violin last week", "timestamp": "2026-01-15T11:00:00Z"},
+        {"role": "assistant", "text": "How exciting! How are the lessons going?", "timestamp": "2026-01-15T11:00:05Z"}]},
+        headers=alice)
     assert r.status_code == 201
     first = r.json()["turns"][0]
     await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "Alice learns the violin",
@@ -233,7 +236,7 @@ async def test_an_unexpected_failure_is_a_bare_500_without_a_trace(api, monkeypa
     assert "fire" not in error["message"]
 
 
-async def test_vault_secrets_leave_only_through_an_approved_audited_reveal(api):
+async def test_vault_secrets_leave_only_through_an_approved_audited_reveal(api, clock):
     plain, cleared = await api.key("alice"), await api.key("alice", clearance="high", name="ops")
     r = await api.http.post("/v1/stores/vault", json={"caption": "bank PIN", "secret": "4711-0815", "sensitivity": "medium"},
                             headers=plain)
@@ -249,9 +252,11 @@ async def test_vault_secrets_leave_only_through_an_approved_audited_reveal(api):
     assert_error(await api.http.post(url, headers=plain), 403, "no_clearance")
     assert_error(await api.http.post(url, headers=cleared), 403, "approval_required")
     assert_error(await api.http.post(url, headers={**cleared, "X-Memos-Approval": "wrong"}), 403, "approval_required")
+    clock.advance(seconds=1)
     r = await api.http.post(url, headers={**cleared, "X-Memos-Approval": ADMIN})
     assert r.status_code == 200 and r.json()["secret"] == "4711-0815" and r.headers["cache-control"] == "no-store"
     low = await api.key("alice", clearance="low")
+    clock.advance(seconds=1)
     assert_error(await api.http.post(url, headers={**low, "X-Memos-Approval": ADMIN}), 403, "vault_refused")
     history = (await api.http.get(f"/v1/stores/vault/{item['id']}/history", headers=plain)).json()["history"]
     assert [(h["op"], h["note"]) for h in history[1:]] == [("reveal", "secret revealed"), ("reveal", "refused: medium item, low clearance")]
