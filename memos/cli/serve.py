@@ -13,6 +13,8 @@ from ._app import DbOption, app, console, embedder_choice, emit_json, fail, guar
 keys_app = typer.Typer(help="API keys of `memos serve` (stored hashed in the store).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 
+# a str, not a Path: a Path would fold "s3://bucket" into "s3:/bucket"
+UriOption = Annotated[str, typer.Option("--db", envvar="MEMOS_DB", help="The memos store (a directory or LanceDB URI such as s3://bucket/memos).")]
 StorageOpt = Annotated[list[str] | None, typer.Option("--storage-option", help="KEY=VALUE passed to LanceDB (object storage), repeatable.")]
 
 
@@ -31,7 +33,7 @@ def _options(pairs: list[str] | None) -> dict[str, str] | None:
 @app.command()
 @guarded
 def serve(
-    db: DbOption = Path("memos-data"),
+    db: UriOption = "memos-data",
     host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8077,
     admin_key: Annotated[str | None, typer.Option(envvar="MEMOS_ADMIN_KEY", help="Key for /admin and for approving vault reveals.")] = None,
@@ -71,7 +73,7 @@ def serve(
 @keys_app.command("create")
 @guarded
 def keys_create(
-    db: DbOption = Path("memos-data"),
+    db: UriOption = "memos-data",
     user: Annotated[str, typer.Option("--user", "-u", help="The user whose memory the key opens.")] = "default",
     agent: Annotated[str | None, typer.Option(help="Bind the key to one agent.")] = None,
     name: Annotated[str, typer.Option(help="A label for the key.")] = "",
@@ -86,7 +88,7 @@ def keys_create(
     if clearance not in ("none", "low", "medium", "high"):
         fail("--clearance must be none, low, medium or high")
     options = _options(storage_option)
-    memory = MemoryOS.open_sync(db, embedder=None, storage_options=options) if options else open_existing(db, embedder=None)
+    memory = MemoryOS.open_sync(db, embedder=None, storage_options=options) if options else open_existing(Path(db), embedder=None)
     token, key = run_sync(Tenants(memory).create(user, agent_id=agent, name=name, clearance=clearance))  # type: ignore[arg-type]
     console.print(f"key {key.key_id} for user {user!r}{f' agent {agent!r}' if agent else ''}; the token (shown once):")
     print(token)
