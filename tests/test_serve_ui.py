@@ -66,16 +66,17 @@ def test_a_message_posted_through_the_api_appears_live_and_the_context_bars_rend
         httpx.post(server.url + "/v1/stores/semantic", headers=headers, timeout=30,
                    json={"subject": "Miso", "summary": "Alice's cat Miso is two years old", "source_ids": [turn_id]})
         wait.until(lambda d: "loves the violin case" in d.find_element(By.ID, "timeline").text)  # pushed, not reloaded
-        newest = browser.find_elements(By.CSS_SELECTOR, "#timeline .turn")[0]
-        assert newest.get_attribute("data-id") == turn_id
+        # the view re-renders on every event: read it in one script call, never through held elements
+        assert browser.execute_script("return document.querySelector('#timeline .turn').dataset.id") == turn_id
         wait.until(lambda d: "semantic: Miso" in d.find_element(By.ID, "timeline").text)  # provenance chip
 
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#context .section")) >= 5)
-        bars = {row.get_attribute("data-label"): row.find_element(By.CSS_SELECTOR, ".fill").size["width"]
-                for row in browser.find_elements(By.CSS_SELECTOR, "#context .section")}
+        bars = browser.execute_script("return Object.fromEntries([...document.querySelectorAll('#context .section')].map("
+                                      "r => [r.dataset.label, r.querySelector('.fill').getBoundingClientRect().width]))")
         assert bars["turns"] > 0 and bars["core"] > 0 and bars["instructions"] > 0
         assert "3 turns in context" in browser.find_element(By.ID, "context-total").text.lower()
-        counts = {li.get_attribute("data-store"): li.text for li in browser.find_elements(By.CSS_SELECTOR, "#stores .store")}
+        counts = browser.execute_script("return Object.fromEntries([...document.querySelectorAll('#stores .store')].map("
+                                        "li => [li.dataset.store, li.innerText.trim()]))")
         assert counts["episodic"].endswith("3") and counts["semantic"].endswith("1")
         assert len(browser.find_elements(By.CSS_SELECTOR, "#core .block")) == 2
 

@@ -67,7 +67,10 @@ def serve(
                        "MEMOS_SERVE_OPTIONS": __import__("json").dumps(options or {})})
     if admin_key:
         os.environ["MEMOS_ADMIN_KEY"] = admin_key
-    uvicorn.run("memos.serve.workers:app_from_env", factory=True, host=host, port=port, workers=workers, log_level=log_level)
+    # a worker imports memos, LanceDB and the embedder before it answers the supervisor's ping:
+    # uvicorn's 5 s default restarts slow starters forever on a busy machine
+    uvicorn.run("memos.serve.workers:app_from_env", factory=True, host=host, port=port, workers=workers, log_level=log_level,
+                timeout_worker_healthcheck=120)
 
 
 @keys_app.command("create")
