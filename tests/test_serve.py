@@ -163,7 +163,7 @@ async def test_a_key_sees_only_its_scope_and_no_request_can_name_another(api):
 async def test_keys_are_stored_hashed_checked_and_revocable(api):
     r = await api.http.post("/admin/keys", json={"user_id": "carol", "name": "app1"}, headers={"Authorization": f"Bearer {ADMIN}"})
     token, key_id = r.json()["token"], r.json()["key"]["key_id"]
-    meta = await api.memory.storage.get_meta()
+    meta = await api.memory.state()
     stored = {k: v for k, v in meta.items() if k.startswith(KEY_PREFIX)}
     assert len(stored) == 1 and token not in json.dumps(stored) and key_id in next(iter(stored))
     carol = {"Authorization": f"Bearer {token}"}

@@ -6,7 +6,7 @@ is bound to a user and optionally one agent, so a request's scope comes from its
 from its body or URL. A key can also carry a vault clearance (the most sensitive level it may
 reveal, and then only with an operator's approval; see `memos.serve._routes_memory`).
 
-Keys live in the store's meta table (`apikey:<hash>` entries), not in a sidecar file: several
+Keys live in the store's state (its meta table, through `MemoryOS.state`) (`apikey:<hash>` entries), not in a sidecar file: several
 server processes on one store, on a disk or on object storage, then share the keys with no
 state but the store. Each process caches what it read for `CACHE_SECONDS`, so a revoked key
 stops working everywhere within that time (at once in the process that revoked it); a new key
@@ -89,7 +89,7 @@ class Tenants:
         token = "mk_" + secrets.token_urlsafe(32)
         digest = hash_token(token)
         key = ApiKey(digest[:12], user_id, agent_id, name[:200], clearance, datetime.now(UTC).isoformat(timespec="seconds"))
-        await self.memory.storage.set_meta(KEY_PREFIX + digest, json.dumps(key.public()))
+        await self.memory.set_state(KEY_PREFIX + digest, json.dumps(key.public()))
         self._keys[digest] = key
         return token, key
 
@@ -105,7 +105,7 @@ class Tenants:
         digests = [d for d, k in self._keys.items() if k.key_id == key_id]
         if not digests:
             return False
-        await self.memory.storage.delete_meta([KEY_PREFIX + d for d in digests])
+        await self.memory.delete_state([KEY_PREFIX + d for d in digests])
         for digest in digests:
             self._keys.pop(digest, None)
         return True
@@ -120,7 +120,7 @@ class Tenants:
         return self._keys.get(digest)
 
     async def _reload(self) -> None:
-        meta = await self.memory.storage.get_meta()
+        meta = await self.memory.state()
         keys = {}
         for entry, value in meta.items():
             if entry.startswith(KEY_PREFIX):
