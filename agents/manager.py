@@ -23,9 +23,10 @@ from memos.memory import MemoryOS
 from memos.scope import Scope
 from memos.memtypes import BASE_FIELDS, Episode, MemoryRecord
 
+from .graph import apply_graph, check_graph, graph_notes
 from .tools import INSERTABLE_FIELDS
 
-__all__ = ["Action", "Insert", "ManagerPlan", "ManagerReport", "MemoryManager", "Merge", "Nothing", "Supersede", "Update"]
+__all__ = ["Action", "CloseRelation", "EntityNote", "Insert", "ManagerPlan", "RelationNote", "ManagerReport", "MemoryManager", "Merge", "Nothing", "Supersede", "Update"]
 
 ACTOR = "memory_manager"
 
@@ -75,10 +76,41 @@ class Nothing(BaseModel):
 Action = Annotated[Insert | Update | Supersede | Merge | Nothing, Field(discriminator="kind")]
 
 
+class EntityNote(BaseModel):
+    """A person, place, work or thing the turns talk about (resolved against known entities)."""
+
+    name: str = Field(min_length=1, max_length=256)
+    kind: str = Field(default="thing", max_length=64, description="person, place, title, org, pet, thing, ...")
+    aliases: list[str] = Field(default_factory=list, description="Other names used for it in the turns.")
+    summary: str = Field(default="", max_length=500, description="Who or what it is, in a few words.")
+
+
+class RelationNote(BaseModel):
+    """subject - predicate - object, as the turns state it (e.g. John - has dog - Tommy)."""
+
+    subject: str = Field(min_length=1, max_length=256)
+    predicate: str = Field(min_length=1, max_length=128, description="Short, present tense: is, has dog, likes, lives in.")
+    object: str = Field(min_length=1, max_length=512)
+    object_is_entity: bool = Field(default=True, description="False when the object is a plain value (a date, a number).")
+    exclusive: bool = Field(default=False, description="The subject has one such object at a time (lives in, is married to): "
+                                                       "the open relation to another object is closed.")
+    since: str | None = Field(default=None, description="ISO date it became true, if the turns say.")
+
+
+class CloseRelation(BaseModel):
+    """A stored relation (by id) that the turns say no longer holds."""
+
+    relation_id: str
+    when: str | None = Field(default=None, description="ISO date it stopped holding, if the turns say.")
+
+
 class ManagerPlan(BaseModel):
     """The manager's decision for one batch of turns."""
 
     actions: list[Action]
+    entities: list[EntityNote] = Field(default_factory=list, description="Entities the turns mention (entity graph).")
+    relations: list[RelationNote] = Field(default_factory=list, description="Relations the turns state.")
+    closed: list[CloseRelation] = Field(default_factory=list, description="Stored relations the turns end.")
 
 
 @dataclass
@@ -124,13 +156,16 @@ class MemoryManager:
             "manager_input.j2",
             turns=[{"id": t.id, "line": t.render()} for t in turns],
             related=[{"store": h.memory_type, "id": h.id, "line": h.record.render()} for h in related],
+            entities=known,
         )
-        result = await self.agent.run(prompt, instructions=prompts.render("manager.j2", stores=stores),
+        result = await self.agent.run(prompt, instructions=prompts.render("manager.j2", stores=stores, graph="entity" in self.memory.types),
                                       usage_limits=UsageLimits(request_limit=4))
         report.requests = result.usage.requests
         provenance = [t.id for t in turns]
         for action in result.output.actions:
             await self._apply(action, provenance, report)
+        if "entity" in self.memory.types:
+            await apply_graph(self.memory, self.scope, self.read_scope, result.output, provenance, report.written, ACTOR)
         return report
 
     # --- checking and applying -------------------------------------------------------------
@@ -142,6 +177,8 @@ class MemoryManager:
                 await self._validate(action)
             except (ModelRetry, MemosError) as exc:
                 problems.append(f"action {index} ({action.kind}): {exc}")
+        if "entity" in self.memory.types:
+            problems += await check_graph(self.memory, self.read_scope, plan)
         if problems:
             raise ModelRetry("fix these actions and send the whole plan again: " + " | ".join(problems))
         return plan

@@ -25,7 +25,7 @@ __all__ = ["ALL_TOOL_NAMES", "INSERTABLE_FIELDS", "memory_toolset", "parse_when"
 
 ALL_TOOL_NAMES = (
     "core_memory_append", "core_memory_replace", "core_memory_rethink", "memory_search", "conversation_search",
-    "memory_insert", "vault_store", "vault_reveal",
+    "memory_insert", "vault_store", "vault_reveal", "entity_lookup", "relation_add", "relation_close",
 )
 """Every tool `memory_toolset` provides."""
 
@@ -125,7 +125,8 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
         record_type = memory.record_type(_stores(deps, [store])[0])
         if not record_type.model_writable:
             tool = ("core_memory_append" if record_type.always_in_prompt else
-                    "vault_store" if record_type.secret_fields else None)
+                    "vault_store" if record_type.secret_fields else
+                    "relation_add" if getattr(record_type, "graph_store", False) else None)
             raise ModelRetry(f"use {tool} to write to the {store} store" if tool else f"the {store} store is read-only for you")
         allowed = set(record_type.content_fields()) | INSERTABLE_FIELDS
         unknown = set(fields) - allowed
@@ -163,6 +164,10 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
             except MemosError as exc:
                 raise _retry(exc) from None
 
+    if "entity" in memory.types and "relation" in memory.types:
+        from .graph import add_graph_tools
+
+        add_graph_tools(toolset, deps)
     return toolset
 
 

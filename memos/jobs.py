@@ -160,6 +160,8 @@ async def consolidate(memory: MemoryOS, scope: Scope, *, model: Any = None, type
         totals["by_type"][name] = done
         for key in ("merged", "superseded", "skipped"):
             totals[key] += done[key]
+    if "entity" in memory.types and "relation" in memory.types:  # the entity graph: duplicates, contradictions
+        totals["graph"] = await memory.graph.consolidate(scope)
     totals["mode"] = "model" if model is not None else "heuristic"
     return totals
 

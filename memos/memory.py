@@ -71,6 +71,8 @@ class MemoryOS:
         self.ranking = ranking
         self.vault_key_file = vault_key_file
         self._cipher: Any = None
+        self.entity_links = True
+        """Raw-mode ingestion links each turn to the entities it names (`memos.graph`)."""
 
     @classmethod
     async def open(
@@ -126,6 +128,13 @@ class MemoryOS:
     def turn_type(self) -> str:
         """The store that holds conversation turns (the recall log): the type declaring `holds_turns`."""
         return next(name for name, record_type in self.types.items() if record_type.holds_turns)
+
+    @property
+    def graph(self) -> Any:
+        """The entity graph of this memory (`memos.graph.EntityGraph`): entities, relations, links."""
+        from .graph import EntityGraph
+
+        return EntityGraph(self)
 
     def record_type(self, ref: TypeRef) -> type[MemoryRecord]:
         """The record class of a memory type, by name or class."""
@@ -392,6 +401,8 @@ class MemoryOS:
             raise InvalidRecordError(f"a message cannot be stored as an episode: {check.describe_errors(exc)}") from None
         for start in range(0, len(episodes), 512):
             await self.add(scope, episodes[start : start + 512], actor=actor)
+            if self.entity_links and "entity" in self.types:  # raw-mode entity links (memos.graph)
+                await self.graph.link(scope, episodes[start : start + 512], actor=actor)
         return episodes
 
     # --- maintenance ---------------------------------------------------------------------

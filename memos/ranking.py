@@ -53,6 +53,16 @@ class RankingPolicy:
     budget is better spent on more hits than on context)."""
     neighbour_window_minutes: float = 30.0
     """How far apart two turns of one session can be and still be neighbours."""
+    graph_weight: float = 0.3
+    """Weight of the entity-graph list (records linked to the entities the query names, and
+    their relations; see `memos.graph`) in the fusion; 0 turns it off."""
+    graph_hops: int = 2
+    """1: the query's entities only; 2: also the entities their relations reach."""
+    graph_max_share: float = 0.1
+    """An entity mentioned in more than this share of the linked records (the two speakers of a
+    conversation) says too little to link by."""
+    graph_max_records: int = 2_000
+    """At most this many linked records are searched within (the most specific links first)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,7 @@ class Candidate:
 
     memory_type: str
     record: MemoryRecord
-    source: str  # "vector" or "text"
+    source: str  # "vector", "text" or "graph"
     rank: int
     score: float = 0.0
     """The list's own score: cosine similarity (vector) or BM25 (text); higher is better."""
@@ -104,7 +114,7 @@ def fuse(candidates: Sequence[Candidate], policy: RankingPolicy, now: datetime, 
         hit = merged.get(key)
         if hit is None:
             hit = merged[key] = Hit(cand.memory_type, cand.record, 0.0, {"fused": 0.0})
-        weight = policy.vector_weight if cand.source == "vector" else policy.text_weight
+        weight = {"vector": policy.vector_weight, "graph": policy.graph_weight}.get(cand.source, policy.text_weight)
         part = 1.0 / (policy.rrf_k + cand.rank + 1) if policy.fusion == "rrf" else value
         hit.parts["fused"] += weight * part
         hit.parts.setdefault(f"{cand.source}_rank", float(cand.rank))

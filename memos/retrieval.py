@@ -20,7 +20,7 @@ from .embeddings import TextEmbedder
 from .fulltext import query_words
 from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, fuse, rank_rows
-from .scope import Scope, Where
+from .scope import Scope, Where, valid_at
 from .storage import Storage
 from .temporal import parse_time_window
 
@@ -71,23 +71,32 @@ async def search(
     present = await asyncio.gather(*(storage.has_rows(name) for name in request.types))
     for name in [n for n, has in zip(request.types, present, strict=True) if has]:
         table = storage.type_table(name)
-        where = (
+        conditions = (
             Where(request.scope)
             .status_in(request.statuses)
             .time_range(table.record_type.time_field, request.since, request.until)
             .tags_any(request.tags)
-            .build()
         )
+        if request.until is not None and getattr(table.record_type, "bitemporal", False):
+            conditions.raw(valid_at(request.until))  # a closed relation was true only until it closed
+        where = conditions.build()
         columns = RowView.columns(table.record_type.time_field) if lean else None
         wheres[name] = where
         if vector is not None:
             jobs.append((name, "vector", storage.vector_search(name, vector, where, per_list, columns)))
         if text:
             jobs.append((name, "text", storage.text_search(name, text, where, per_list, columns)))
+    if "entity" in storage.tables and request.policy.graph_weight > 0:
+        from .graph import graph_candidates  # the entity graph's list (records linked to the query's entities)
+
+        jobs.append(("", "graph", graph_candidates(storage, request, vector, text, wheres, RowView.columns("occurred_at") if lean else None)))
     lists = await asyncio.gather(*(query for _, _, query in jobs))
     views: dict[tuple[str, str], RowView] = {}  # a row both queries returned is read once
     candidates: list[Candidate] = []
     for (name, source, _), rows in zip(jobs, lists, strict=True):
+        if source == "graph":
+            candidates.extend(rows)
+            continue
         time_field = storage.type_table(name).record_type.time_field
         view = lambda row, name=name, time_field=time_field: views.get((name, row["id"])) or views.setdefault(  # noqa: E731
             (name, row["id"]), RowView.of(row, time_field))
@@ -112,12 +121,16 @@ async def search(
 async def _taken(storage: Storage, hits: list[Hit], wheres: dict[str, str | None]) -> list[Hit]:
     """The hits with their full rows read (one read per store, concurrently); a hit whose
     record was deleted since the search is dropped."""
-    stores = list(dict.fromkeys(hit.memory_type for hit in hits))
+    stores = list(dict.fromkeys(hit.memory_type for hit in hits if isinstance(hit.record, RowView)))
     taken = await asyncio.gather(*(
-        storage.take(name, [hit.record.row for hit in hits if hit.memory_type == name], wheres[name]) for name in stores))
+        storage.take(name, [hit.record.row for hit in hits if hit.memory_type == name and isinstance(hit.record, RowView)],
+                     wheres[name]) for name in stores))
     rows = {(name, row["id"]): row for name, store_rows in zip(stores, taken, strict=True) for row in store_rows}
     kept = []
     for hit in hits:
+        if not isinstance(hit.record, RowView):  # a graph relation comes whole
+            kept.append(hit)
+            continue
         row = rows.get((hit.memory_type, hit.id))
         if row is not None:
             hit.record.row = row

@@ -121,6 +121,11 @@ def _timestamp(value: datetime, what: str) -> str:
             f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}'")
 
 
+def valid_at(when: datetime) -> str:
+    """Rows still valid at `when` (not closed by then): the bi-temporal half of an `until` filter."""
+    return f"valid_to IS NULL OR valid_to > {_timestamp(when, 'until')}"
+
+
 class Where:
     """Builds a conjunction of safe conditions, starting from a scope."""
 

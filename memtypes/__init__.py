@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .base import BASE_FIELDS, MemoryRecord, RecordStatus, new_id
 from .core import CoreBlock
+from .entity import Entity, Relation
 from .episodic import Episode
 from .procedural import Procedure
 from .resource import Resource
@@ -18,15 +19,18 @@ __all__ = [
     "BASE_FIELDS",
     "BUILTIN_TYPES",
     "CoreBlock",
+    "Entity",
     "Episode",
     "Fact",
     "MemoryRecord",
     "Procedure",
     "RecordStatus",
+    "Relation",
     "Resource",
     "VaultItem",
     "new_id",
 ]
 
-BUILTIN_TYPES: tuple[type[MemoryRecord], ...] = (CoreBlock, Episode, Fact, Procedure, Resource, VaultItem)
-"""The six stores every `MemoryOS` has: core, episodic, semantic, procedural, resource, vault."""
+BUILTIN_TYPES: tuple[type[MemoryRecord], ...] = (CoreBlock, Episode, Fact, Procedure, Resource, VaultItem, Entity, Relation)
+"""The stores every `MemoryOS` has: core, episodic, semantic, procedural, resource and vault, and the
+entity graph's entity and relation (`memtypes.entity`)."""

@@ -34,6 +34,10 @@ ARGS = {
     "vault_store": {"caption": odd_text, "secret": odd_text, "entry_type": st.sampled_from(["credential", "other", "bogus"]),
                     "sensitivity": st.sampled_from(["low", "high", "secret!"])},
     "vault_reveal": {"item_id": odd_text},
+    "entity_lookup": {"name": odd_text, "at": st.one_of(st.none(), odd_text)},
+    "relation_add": {"subject": odd_text, "predicate": odd_text, "object": odd_text, "object_is_entity": st.booleans(),
+                     "exclusive": st.booleans(), "since": st.one_of(st.none(), odd_text, st.sampled_from(["2024-05-01", "1900-01-01"]))},
+    "relation_close": {"relation_id": odd_text, "when": st.one_of(st.none(), odd_text)},
 }
 assert set(ARGS) == set(ALL_TOOL_NAMES)
 
@@ -77,7 +81,7 @@ def test_every_tool_either_works_or_refuses_without_changing_anything(tmp_path_f
         return
     assert isinstance(result, str)
     after = state(mem)
-    if name in ("memory_search", "conversation_search", "vault_reveal"):
+    if name in ("memory_search", "conversation_search", "vault_reveal", "entity_lookup"):
         assert after == before
     if name == "vault_store":
         shown = re.sub(r"[0-9a-f]{32}", "<id>", result)  # a short secret can occur inside a random id

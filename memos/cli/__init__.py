@@ -19,6 +19,7 @@ from . import bench as _bench  # noqa: E402,F401
 from . import demo as _demo  # noqa: E402,F401
 from . import jobs as _jobs  # noqa: E402,F401
 from . import inspect as _inspect  # noqa: E402,F401
+from . import graph as _graph  # noqa: E402,F401
 from . import mcp as _mcp  # noqa: E402,F401
 from . import portability as _portability  # noqa: E402,F401
 from . import serve as _serve  # noqa: E402,F401
