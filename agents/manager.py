@@ -147,8 +147,10 @@ class MemoryManager:
         if not turns:
             return report
         query = " ".join(t.summary for t in turns)[-2000:]
-        related = await self.memory.search(query, self.read_scope, types=[t.memory_type for t in self._stores() if not t.holds_turns],
-                                           k=self.related_k)
+        searched = [t.memory_type for t in self._stores() if not t.holds_turns]
+        searched += ["relation"] if "relation" in self.memory.types else []  # the relations the turns may end
+        related = await self.memory.search(query, self.read_scope, types=searched, k=self.related_k)
+        known = await graph_notes(self.memory, self.read_scope, query) if "entity" in self.memory.types else []
         stores = [{"name": t.memory_type, "description": t.description,
                    "fields": {n: str(f.annotation).replace("typing.", "") for n, f in t.model_fields.items()
                               if n not in BASE_FIELDS or n in INSERTABLE_FIELDS}} for t in self._stores()]

@@ -67,6 +67,7 @@ def test_the_raw_extractor_reads_chinese_titles_dates_and_known_names():
 
 
 async def test_ingest_links_turns_to_entities_and_search_reaches_them(mem):
+    mem.entity_links = True  # raw-mode links are opt-in
     s = Scope("u1")
     turns = await mem.ingest(s, [{"actor": "Ann", "text": "My cousin Bartholomew moved to Reykjavik."},
                                  {"actor": "Ben", "text": "Wow, what a change."},
@@ -246,6 +247,7 @@ async def test_merging_duplicate_entities_keeps_aliases_links_and_relations(mem)
 
 
 async def test_graph_tables_are_scoped_and_forget_removes_them(mem):
+    mem.entity_links = True
     await mem.ingest(Scope("alice"), [{"actor": "Alice", "text": "Bartholomew visited Reykjavik."}])
     await mem.graph.add_relation(Scope("alice"), "Bartholomew", "visited", "Reykjavik")
     await mem.ingest(Scope("bob"), [{"actor": "Bob", "text": "Nothing to see."}])
