@@ -26,7 +26,7 @@ from memos.memtypes import BASE_FIELDS, Episode, MemoryRecord
 from .graph import apply_graph, check_graph, graph_notes
 from .tools import INSERTABLE_FIELDS
 
-__all__ = ["Action", "CloseRelation", "EntityNote", "Insert", "ManagerPlan", "RelationNote", "ManagerReport", "MemoryManager", "Merge", "Nothing", "Supersede", "Update"]
+__all__ = ["Action", "CloseRelation", "EntityNote", "Insert", "ManagerPlan", "ManagerReport", "MemoryManager", "Merge", "Nothing", "RelationNote", "Supersede", "Update"]
 
 ACTOR = "memory_manager"
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from memos.memtypes.entity import normal_name
 
-__all__ = ["Mention", "extract_mentions", "find_known", "query_names"]
+__all__ = ["Mention", "extract_mentions", "find_known", "normal_text", "query_names"]
 
 
 @dataclass(frozen=True, slots=True)

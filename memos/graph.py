@@ -36,7 +36,7 @@ from .storage import Storage, history_row
 if TYPE_CHECKING:
     from .memory import MemoryOS
 
-__all__ = ["EntityGraph", "GraphView", "Neighbourhood", "graph_candidates"]
+__all__ = ["EntityGraph", "GraphView", "Neighbourhood", "graph_candidates", "to_dot", "to_mermaid"]
 
 MAX_MENTIONS = 5_000
 """An entity keeps the ids of at most this many records that mention it (the newest)."""

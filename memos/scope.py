@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from .exceptions import InvalidFilterError
 
-__all__ = ["MAX_ID_LENGTH", "Scope", "Where", "sql_string", "validate_record_id", "validate_value"]
+__all__ = ["MAX_ID_LENGTH", "Scope", "Where", "sql_string", "valid_at", "validate_record_id", "validate_value"]
 
 MAX_ID_LENGTH = 256
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -16,4 +16,5 @@ async def test_ingest_search_and_reopen(mem: MemoryOS, alice: Scope, bob: Scope,
     assert facts["lives in Lisbon"].status == "superseded"
     assert facts["lives in Lisbon"].superseded_by == new.id
     assert facts["lives in Porto"].status == "active"
-    assert await reopened.counts(bob) == {"core": 0, "episodic": 1, "semantic": 0, "procedural": 0, "resource": 0, "vault": 0}
+    assert await reopened.counts(bob) == {"core": 0, "episodic": 1, "semantic": 0, "procedural": 0, "resource": 0, "vault": 0,
+                                           "entity": 0, "relation": 0}
