@@ -7,7 +7,10 @@ One turn (`ChatAgent.chat`):
 2. the pydantic-ai agent answers with that context; it may call the memory tools. A vault
    reveal is a deferred, approval-required call: it runs only if `approve` says yes;
 3. the reply is recorded; the memory manager runs for the new turns off the hot path (a
-   background task every `manage_every` turns; `await flush()` waits for it).
+   background task every `manage_every` turns; `await flush()` waits for it). A batch whose
+   run fails is kept and offered again (after a doubling backoff, at most `manager_attempts`
+   tries; `flush()` retries at once); each failure and each late success is a `manage` row in
+   the job history (`memos inspect jobs`), and the kept batches survive a restart.
 
 With no tool call, a turn costs exactly one chat-model request. Runs are bounded by
 `UsageLimits`. The conversation state lives in the store, so a new process resumes it.
@@ -16,9 +19,11 @@ With no tool call, a turn costs exactly one chat-model request. Runs are bounded
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
@@ -37,7 +42,7 @@ from .deps import MemoryDeps
 from .manager import ManagerReport, MemoryManager
 from .tools import memory_toolset
 
-__all__ = ["Approver", "ChatAgent", "TurnReport", "history_messages"]
+__all__ = ["Approver", "ChatAgent", "ManagerBatch", "TurnReport", "history_messages"]
 
 log = logging.getLogger("memos.agents")
 
@@ -53,6 +58,18 @@ class TurnReport:
     context: CompiledContext
     requests: int
     tool_calls: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ManagerBatch:
+    """Turns the memory manager has not stored yet, and how its tries went."""
+
+    turns: list[Episode]
+    attempts: int = 0
+    retry_at: datetime | None = None
+    """Not offered again before this time (None: at the next chance)."""
+    error: str = ""
+    """The last failure, as `Type: message`."""
 
 
 def _scrub_revealed(reply: str, messages: list[ModelMessage]) -> str:
@@ -95,6 +112,8 @@ class ChatAgent:
         instructions: str | None = None,
         name: str = "assistant",
         instrument: Any = None,
+        manager_attempts: int = 4,
+        manager_backoff: timedelta = timedelta(seconds=30),
     ) -> None:
         self.memory = memory
         self.scope = scope
@@ -114,6 +133,13 @@ class ChatAgent:
         self._agent: Agent[None, str | DeferredToolRequests] | None = None
         self._manager: MemoryManager | None = None
         self._pending: list[Episode] = []
+        self.manager_attempts = max(1, manager_attempts)
+        """How many times one batch is offered to the memory manager before it is given up (logged, in history)."""
+        self.manager_backoff = manager_backoff
+        """Wait before the first retry of a failed batch; it doubles with each further failure."""
+        self.manager_batches: list[ManagerBatch] = []
+        """Batches whose manager run failed, waiting for a retry."""
+        self._manage_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[ManagerReport]] = set()
         self.manager_reports: list[ManagerReport] = []
         self.last: TurnReport | None = None
@@ -131,6 +157,7 @@ class ChatAgent:
                 self._agent.instrument = self.instrument
             if self.manager_model is not None:
                 self._manager = MemoryManager(self.memory, self._session.scope, self.manager_model, instrument=self.instrument)
+                await self._load_batches()
         return self._session
 
     async def chat(self, text: str, *, approve: Approver | None = None) -> str:
@@ -163,21 +190,79 @@ class ChatAgent:
                 await self.manage()
         return reply
 
-    async def manage(self) -> ManagerReport | None:
-        """Run the memory manager now for the turns it has not seen."""
-        if self._manager is None or not self._pending:
+    async def manage(self, *, retry_now: bool = False) -> ManagerReport | None:
+        """Run the memory manager now for the turns it has not seen, and for failed batches whose
+        backoff has passed (all of them with `retry_now`); returns the newest run's report."""
+        if self._manager is None:
             return None
-        batch, self._pending = self._pending, []
-        report = await self._manager.run(batch)
-        self.manager_reports.append(report)
-        return report
+        async with self._manage_lock:
+            if self._pending:
+                self.manager_batches.append(ManagerBatch(self._pending))
+                self._pending = []
+            report = None
+            now = self.memory.clock()
+            for batch in list(self.manager_batches):
+                if retry_now or batch.retry_at is None or batch.retry_at <= now:
+                    report = await self._run_batch(batch, now) or report
+            return report
 
     async def flush(self) -> list[ManagerReport]:
-        """Wait for background manager runs, then manage what is left."""
+        """Wait for background manager runs, then manage what is left (failed batches retried now)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks))
-        report = await self.manage()
+        report = await self.manage(retry_now=True)
         return [r for r in [report] if r]
+
+    async def _run_batch(self, batch: ManagerBatch, now: datetime) -> ManagerReport | None:
+        assert self._manager is not None
+        try:
+            report = await self._manager.run(batch.turns)
+        except Exception as exc:  # noqa: BLE001 - not swallowed: kept for a retry, logged, in the job history
+            batch.attempts += 1
+            batch.error = f"{type(exc).__name__}: {exc}"
+            gave_up = batch.attempts >= self.manager_attempts
+            if gave_up:
+                self.manager_batches.remove(batch)
+                log.error("memory manager gave up on %d turns after %d tries: %s", len(batch.turns), batch.attempts, batch.error)
+            else:
+                batch.retry_at = now + self.manager_backoff * 2 ** (batch.attempts - 1)
+                log.warning("memory manager run failed (try %d of %d), retrying after %s: %s",
+                            batch.attempts, self.manager_attempts, batch.retry_at.isoformat(), batch.error)
+            await self._record_batch(batch, "gave up" if gave_up else "failed, will retry")
+            return None
+        self.manager_batches.remove(batch)
+        self.manager_reports.append(report)
+        if batch.attempts:
+            await self._record_batch(batch, "ok", written=len(report.written))
+        return report
+
+    async def _record_batch(self, batch: ManagerBatch, note: str, **counts: int) -> None:
+        assert self._session is not None
+        outcome = {"job": "manage", "scope": str(self._session.scope), "turns": len(batch.turns),
+                   "attempts": batch.attempts + (note == "ok"), "turn_ids": [t.id for t in batch.turns],
+                   "retry_at": batch.retry_at.isoformat() if batch.retry_at and note != "ok" else None,
+                   "errors": [] if note == "ok" else [batch.error], **counts}
+        await self.memory.record_job(self._session.scope, "manage", outcome, actor="memory_manager", note=note)
+        await self.memory.set_state(self._batches_key, json.dumps([
+            {"turns": [t.id for t in b.turns], "attempts": b.attempts, "error": b.error,
+             "retry_at": b.retry_at.isoformat() if b.retry_at else None} for b in self.manager_batches]))
+
+    @property
+    def _batches_key(self) -> str:
+        assert self._session is not None
+        scope = self._session.scope
+        return "manager:" + json.dumps([scope.user_id, scope.agent_id, scope.session_id])
+
+    async def _load_batches(self) -> None:
+        """Failed batches a previous process kept (their turns re-read from the recall log)."""
+        assert self._session is not None
+        raw = (await self.memory.state()).get(self._batches_key)
+        for item in json.loads(raw) if raw else []:
+            turns = await self.memory.get_many(self._session.scope, self.memory.turn_type, item["turns"])
+            if turns:
+                self.manager_batches.append(ManagerBatch(
+                    turns, item.get("attempts", 0), datetime.fromisoformat(item["retry_at"]) if item.get("retry_at") else None,
+                    item.get("error", "")))
 
     def _start_manager(self) -> None:
         task = asyncio.ensure_future(self.manage())

@@ -194,9 +194,9 @@ async def forget_user(memory: MemoryOS, user_id: str) -> dict[str, int]:
 
 def _meta_owner(key: str) -> str | None:
     """The user a meta entry belongs to (session and reflection state), if any."""
-    if key.startswith("session:"):
+    if key.startswith(("session:", "manager:")):  # manager: failed batches kept for a retry (memos.agents.chat)
         try:
-            return str(json.loads(key[len("session:"):])[0])
+            return str(json.loads(key.split(":", 1)[1])[0])
         except (ValueError, IndexError, KeyError):
             return None
     if key.startswith("reflection:"):
