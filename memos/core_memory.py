@@ -110,10 +110,10 @@ class CoreMemory:
     # --- internals -----------------------------------------------------------------------
 
     async def _current(self) -> list[CoreBlock]:
-        own = await self.memory.list(self.own_scope, CoreBlock, limit=None)
-        shared = [] if self.own_scope == self.shared_scope else [
-            b for b in await self.memory.list(self.shared_scope, CoreBlock, limit=None) if SHARED_TAG in b.tags
-        ]
+        both = self.own_scope == self.shared_scope
+        found = await self.memory.list_in([self.own_scope] if both else [self.own_scope, self.shared_scope], CoreBlock)
+        own = [b for b in found if b.agent_id == self.own_scope.agent_id]
+        shared = [] if both else [b for b in found if b.agent_id == "" and SHARED_TAG in b.tags]
         by_label: dict[str, CoreBlock] = {}
         for block in [*shared, *own]:  # the agent's own block wins over a shared one of the same label
             assert isinstance(block, CoreBlock)

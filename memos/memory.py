@@ -7,6 +7,7 @@ before they reach a table and come back redacted; only `reveal` decrypts.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -281,7 +282,20 @@ class MemoryOS:
         if status is not None:
             check.check_statuses(status)
         where = Where(scope).status_in((status,) if status else None).build()
-        return {name: await self.storage.count(name, where) for name in self.types}
+        counted = await asyncio.gather(*(self.storage.count(name, where) for name in self.types))  # one round trip
+        return dict(zip(self.types, counted, strict=True))
+
+    async def list_in(self, scopes: Sequence[Scope], memory_type: TypeRef, *,
+                      status: str | Sequence[str] | None = "active") -> list[MemoryRecord]:
+        """Records of one store in any of `scopes` (e.g. an agent's own core blocks and its user's
+        shared ones), in one read, oldest first by their time field."""
+        record_type = self.record_type(memory_type)
+        statuses = (status,) if isinstance(status, str) else tuple(status or ())
+        either = " OR ".join(f"({Where(s).build()})" for s in scopes)
+        where = Where().raw(f"({either})").status_in(statuses).build()
+        table = self.storage.type_table(record_type.memory_type)
+        rows = await self.storage.rows(record_type.memory_type, where)
+        return [self._redact(r) for r in sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))]
 
     # --- for the kernel's own services (session, jobs, portability): public, so none reaches around
 

@@ -14,6 +14,7 @@ that reopens the memory resumes the conversation where it was.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -81,6 +82,8 @@ class MemorySession:
         self.summary = ""
         self.context: list[Episode] = []
         self.evicted_total = 0
+        self._context_read = False
+        """The in-context turns were just read by `record_turn` (the next compile need not re-read them)."""
 
     @classmethod
     async def open(
@@ -125,10 +128,13 @@ class MemorySession:
             raise ConfigError(f"role must be 'user' or 'assistant', got {role!r}")
         message = Message(id=message_id, actor=actor or role, text=text, timestamp=occurred_at or self.memory.clock(),
                           importance=importance, tags=[f"{_ROLE_TAG}{role}", "turn"])
-        # the turn before, as stored now: a tool may have moved a secret out of it since
-        previous = next(iter(await self._load_turns([self.context[-1].id])), None) if self.context else None
+        # the turns in context as stored now (one read): a tool may have moved a secret out of the
+        # turn before since; the compile that follows uses this read instead of making its own
+        await self._refresh_context()
+        previous = self.context[-1] if self.context else None
         [episode] = await self.memory.ingest(self.scope, [message], actor=role, previous=previous)
         self.context.append(episode)
+        self._context_read = True
         await self._save_state()
         return episode
 
@@ -145,13 +151,15 @@ class MemorySession:
         if not self.context:
             raise ConfigError("record the incoming message with record_turn() before compiling a context")
         count = self.memory.tokenizer.count
-        await self._refresh_context()
+        if not self._context_read:
+            await self._refresh_context()
+        self._context_read = False
         query = incoming if incoming is not None else self.context[-1].summary
-        blocks = await self.core.blocks()
-        counts = await self.memory.counts(self.retrieval_scope)
-        last_reflection = await self._last_reflection()
+        # independent reads, issued together: one round trip instead of four in a row
+        blocks, counts, last_reflection, found = await asyncio.gather(
+            self.core.blocks(), self.memory.counts(self.retrieval_scope), self._last_reflection(), self._retrieve(query))
         in_context = {t.id for t in self.context}
-        hits = [h for h in await self._retrieve(query) if h.id not in in_context]
+        hits = [h for h in found if h.id not in in_context]
 
         notice_text = prompts.render("pressure.j2", percent=99)
         evicted: list[Episode] = []

@@ -1,0 +1,90 @@
+"""How many storage calls one chat turn makes (record the message, compile the context, record
+the reply), counted by wrapping the `Storage` object's public methods.
+
+A call made inside another counted call is not counted again. A "round trip" is a stretch of
+time with at least one call in flight: calls issued together (`asyncio.gather`) share one, calls
+awaited one after another take one each.
+
+Figures for the turn below (a store with records in every store, no tool call, no manager):
+
+| | storage calls | round trips |
+|---|---|---|
+| before (main at 7de71c6) | 38 | 21 |
+| now | 36 | 12 |
+
+What changed: `record_turn` reads the in-context turns once and the compile that follows uses
+that read (was: the previous turn, then all of them again); the agent's own and shared core
+blocks are one read (`MemoryOS.list_in`, was two); the compile's independent reads (core blocks,
+store counts, reflection state, active retrieval) are issued together, and the six store counts
+are one gather (were awaited one after another). Left: six counts, five vector + five full-text
+searches and five winner reads (one per store), two appends and two history rows, two state
+writes -- the count of calls did not halve; the round trips fell from 21 to 12.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.function import FunctionModel
+
+from memos import Scope
+from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
+from memos.storage import Storage
+
+CALLS_AT_MOST = 36
+ROUND_TRIPS_AT_MOST = 12
+
+
+class StorageCounter:
+    """Wraps every public coroutine method of one `Storage` object and counts the outermost calls."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.calls: list[str] = []
+        self.timeline: list[tuple[int, str]] = []
+        self.round_trips = 0
+        self.in_flight = 0
+        self._depth: dict[int, int] = {}
+        for name in dir(Storage):
+            if name.startswith("_") or not asyncio.iscoroutinefunction(getattr(Storage, name, None)):
+                continue
+            setattr(storage, name, self._wrap(name, getattr(storage, name)))
+
+    def _wrap(self, name, method):
+        @functools.wraps(method)
+        async def counted(*args, **kwargs):
+            task = id(asyncio.current_task())
+            outer = self._depth.get(task, 0) == 0
+            if outer:
+                if self.in_flight == 0:
+                    self.round_trips += 1
+                self.calls.append(name)
+                self.timeline.append((self.round_trips, name))
+                self.in_flight += 1
+            self._depth[task] = self._depth.get(task, 0) + 1
+            try:
+                if outer:
+                    await asyncio.sleep(0)  # calls issued together are all in flight before any ends, even a cached one
+                return await method(*args, **kwargs)
+            finally:
+                self._depth[task] -= 1
+                if outer:
+                    self.in_flight -= 1
+
+        return counted
+
+
+async def test_one_chat_turn_makes_few_storage_calls(mem):
+    scope = Scope("alice", "bot", "s1")
+    await mem.add(scope, [Fact(subject="Alice", summary="Alice drinks green tea"), Procedure(summary="brew tea", steps=["boil"]),
+                          Resource(title="tea.pdf", content="green tea guide"), Episode(actor="alice", summary="tea party"),
+                          VaultItem(caption="tea shop card", secret="1234")])
+    agent = mem.agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("Green tea, I remember.")])), scope)
+    await agent.chat("Hello there")  # opens the session, seeds core blocks
+    counter = StorageCounter(mem.storage)
+    await agent.chat("What tea do I like?")
+    assert "Green tea" in agent.last.reply
+    print(f"{len(counter.calls)} calls, {counter.round_trips} round trips: {counter.timeline}")
+    assert len(counter.calls) <= CALLS_AT_MOST, counter.calls
+    assert counter.round_trips <= ROUND_TRIPS_AT_MOST, counter.round_trips
