@@ -41,6 +41,7 @@ from .telemetry import span
 
 if TYPE_CHECKING:
     from .memory import MemoryOS
+    from .scheduler import MemoryScheduler
     from .storage import Storage
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "decay",
     "job_history",
     "maintain_tables",
+    "open_scheduler",
     "reflect",
     "reflection_state",
     "refresh_tables",
@@ -279,6 +281,16 @@ async def job_history(memory: MemoryOS, scope: Scope | None = None, *, kind: str
 
 _LIVE: dict[str, tuple[Any, Any]] = {}
 _OPENED: dict[tuple[str, str | None], Any] = {}
+
+
+def open_scheduler(memory: MemoryOS, *, model: Any = None, mode: str = "thread", jobs_url: str | None = None,
+                   clock: Any = None) -> MemoryScheduler:
+    """What `MemoryOS.scheduler()` opens: the store's job scheduler, started, with `memory` (and
+    `model`) registered for the jobs it runs in this process."""
+    from .scheduler import MemoryScheduler
+
+    register_live(memory, model)
+    return MemoryScheduler(memory.storage.uri, jobs_url=jobs_url, clock=clock or memory.clock, mode=mode).start()
 
 
 def register_live(memory: MemoryOS, model: Any = None) -> None:

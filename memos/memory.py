@@ -31,7 +31,7 @@ from .storage import HistoryEntry, Storage, history_row
 from .telemetry import span
 from .tokens import Tokenizer, tokenizer_for
 
-__all__ = ["MemoryOS", "ScopedMemory"]
+__all__ = ["MemoryOS", "ScopedMemory", "provide"]
 
 log = logging.getLogger("memos")
 R = TypeVar("R", bound=MemoryRecord)
@@ -445,11 +445,8 @@ class MemoryOS:
         """
         current = getattr(self, "_scheduler", None)
         if current is None or not current.running:
-            from .jobs import register_live
-            from .scheduler import MemoryScheduler
-
-            register_live(self, model)
-            current = self._scheduler = MemoryScheduler(self.storage.uri, jobs_url=jobs_url, clock=clock or self.clock, mode=mode).start()
+            current = self._scheduler = _opener("scheduler")(self, model=model, mode=mode, jobs_url=jobs_url,
+                                                            clock=clock or self.clock)
         return current
 
     def agent(self, model: Any, scope: Scope | str, **options: Any) -> Any:
@@ -458,15 +455,11 @@ class MemoryOS:
         `model` is any pydantic-ai model or model string; options: budget, manager_model,
         manage_every, approve, usage_limits, instructions. Its conversation resumes after a restart.
         """
-        from .model_backend import model_backend  # agents sit a floor above: reached through the registered backend
-
-        return model_backend().chat_agent(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
+        return _opener("agent")(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
 
     async def session(self, scope: Scope, **options: Any) -> Any:
         """The working context of `scope` (`memos.session.MemorySession`), resumed from the store."""
-        from .session import MemorySession
-
-        return await MemorySession.open(self, check.check_scope(scope), **options)
+        return await _opener("session")(self, check.check_scope(scope), **options)
 
     # --- internals -----------------------------------------------------------------------
 
@@ -661,6 +654,26 @@ class MemoryOS:
         rows = await self.storage.rows(name, Where().id_in(ids).build(), columns=["id", "vector"])
         by_id = {r["id"]: r["vector"] for r in rows}
         return [by_id.get(i) for i in ids]
+
+
+_OPENERS: dict[str, Callable[..., Any]] = {}
+
+
+def provide(entry: str, opener: Callable[..., Any]) -> None:
+    """Register what `MemoryOS.session`, `MemoryOS.scheduler` or `MemoryOS.agent` opens.
+
+    The modules that provide them (`memos.session`, `memos.jobs`, `memos.agents`) use the facade,
+    so the facade cannot import them without a circle; the package root registers them
+    (`memos/__init__.py`), and an application may register its own."""
+    if entry not in ("session", "scheduler", "agent"):
+        raise ConfigError(f"MemoryOS has no entry point {entry!r}; known: session, scheduler, agent")
+    _OPENERS[entry] = opener
+
+
+def _opener(entry: str) -> Callable[..., Any]:
+    if entry not in _OPENERS:
+        raise ConfigError(f"nothing provides MemoryOS.{entry}(); `import memos` registers the defaults")
+    return _OPENERS[entry]
 
 
 def _search_statuses(include_inactive: bool, since: datetime | None, until: datetime | None) -> tuple[str, ...]:
