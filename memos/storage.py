@@ -291,7 +291,9 @@ class Storage:
             return (embedder.dim, embedder.name) if embedder else (DEFAULT_DIM, None)
         if embedder is None:
             if stored["name"]:
-                log.warning("no embedder available: %s opens in full-text-only mode (vectors are kept)", uri)
+                # the caller's choice (read-only commands open without one on purpose); a missing
+                # local embedder was already reported once by resolve_embedder
+                log.info("%s opens without an embedder: full-text search only (vectors are kept)", uri)
             return stored["dim"], stored["name"]
         if stored["dim"] != embedder.dim or (stored["name"] and stored["name"] != embedder.name):
             raise EmbeddingDimensionError(

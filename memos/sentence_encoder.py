@@ -1,0 +1,223 @@
+"""A torch-free sentence encoder for BERT-family sentence-transformers weights.
+
+The offline default embedder is all-MiniLM-L6-v2: a 6-layer BERT whose sentence vector is
+the mean of its last hidden states over the real tokens, L2-normalised. That forward pass is
+a few matrix products per layer, so it runs here on numpy (whose matmuls use the machine's
+BLAS) with the model's own fast tokenizer (`tokenizers`, from its `tokenizer.json`) and its
+weights memory-mapped from `model.safetensors` (read in place, not copied: the word-embedding
+table is 47 MB of which a text touches a few rows). No torch, no transformers, nothing
+downloaded; the vectors match sentence-transformers' to within float rounding
+(tests/test_sentence_encoder.py checks them against reference vectors made with it).
+
+Texts are sorted by length and encoded in batches of at most `batch_size` texts and
+`batch_tokens` tokens, so padding costs little and the attention scores of long texts stay
+small (32 texts of 256 tokens would need ~100 MB per layer for them at once); like
+sentence-transformers, a text longer than the model's `max_seq_length` is truncated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["SentenceEncoder"]
+
+_F32 = np.float32
+_SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "I64": np.int64}
+# Abramowitz & Stegun 7.1.26: erf to 1.5e-7, below float32 rounding at BERT's activations.
+_ERF_P = _F32(0.3275911)
+_ERF_A = tuple(_F32(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
+
+
+@dataclass(frozen=True)
+class _Layer:
+    qkv_w: np.ndarray  # (hidden, 3 * hidden): query, key and value fused into one product
+    qkv_b: np.ndarray
+    out_w: np.ndarray
+    out_b: np.ndarray
+    ln1_g: np.ndarray
+    ln1_b: np.ndarray
+    up_w: np.ndarray
+    up_b: np.ndarray
+    down_w: np.ndarray
+    down_b: np.ndarray
+    ln2_g: np.ndarray
+    ln2_b: np.ndarray
+
+
+class SentenceEncoder:
+    """Mean-pooled, normalised BERT sentence vectors from a sentence-transformers model folder.
+
+    `model_dir` holds `config.json`, `tokenizer.json`, `model.safetensors` and (optionally)
+    `sentence_bert_config.json` with `max_seq_length`. Only absolute position embeddings and
+    mean pooling are supported, which is what the MiniLM / mpnet-free BERT models use.
+    """
+
+    def __init__(self, model_dir: str | Path, *, batch_size: int = 32, batch_tokens: int = 2048) -> None:
+        from tokenizers import Tokenizer
+
+        model_dir = Path(model_dir)
+        config = json.loads((model_dir / "config.json").read_text())
+        if config.get("model_type") != "bert" or config.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError(f"{model_dir}: only BERT models with absolute positions are supported")
+        st_config = model_dir / "sentence_bert_config.json"
+        max_len = json.loads(st_config.read_text()).get("max_seq_length") if st_config.exists() else None
+        self.max_length: int = int(max_len or config["max_position_embeddings"])
+        self.heads: int = int(config["num_attention_heads"])
+        self.eps = _F32(config.get("layer_norm_eps", 1e-12))
+        self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
+
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.no_padding()  # padding is done per length-sorted batch below
+        self.tokenizer.enable_truncation(max_length=self.max_length)
+
+        w = _map_safetensors(model_dir / "model.safetensors")
+        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in w else ""
+
+        def get(name: str) -> np.ndarray:
+            return np.ascontiguousarray(w[prefix + name], dtype=_F32)
+
+        def dense(name: str) -> tuple[np.ndarray, np.ndarray]:
+            # x @ W.T: BLAS reads the transposed view in place, no copy
+            return get(name + ".weight").T, get(name + ".bias")
+
+        self.word = get("embeddings.word_embeddings.weight")
+        self.position = get("embeddings.position_embeddings.weight")
+        self.token_type = get("embeddings.token_type_embeddings.weight")[0]
+        self.emb_ln = (get("embeddings.LayerNorm.weight"), get("embeddings.LayerNorm.bias"))
+        self.dim: int = int(self.word.shape[1])
+        self.layers: list[_Layer] = []
+        for i in range(int(config["num_hidden_layers"])):
+            p = f"encoder.layer.{i}."
+            q, k, v = (dense(p + f"attention.self.{n}") for n in ("query", "key", "value"))
+            self.layers.append(_Layer(
+                np.ascontiguousarray(np.concatenate([q[0], k[0], v[0]], axis=1)), np.concatenate([q[1], k[1], v[1]]),
+                *dense(p + "attention.output.dense"),
+                get(p + "attention.output.LayerNorm.weight"), get(p + "attention.output.LayerNorm.bias"),
+                *dense(p + "intermediate.dense"),
+                *dense(p + "output.dense"),
+                get(p + "output.LayerNorm.weight"), get(p + "output.LayerNorm.bias"),
+            ))
+        if config.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"{model_dir}: only the exact gelu activation is supported")
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """One L2-normalised float32 vector per text, shape (len(texts), dim), in input order."""
+        out = np.empty((len(texts), self.dim), dtype=_F32)
+        if not texts:
+            return out
+        encodings = self.tokenizer.encode_batch(list(texts))
+        ids = [e.ids for e in encodings]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        start = 0
+        while start < len(order):
+            # sorted ascending: the batch's last text is its longest, so its padded size is known
+            size = 1
+            while (size < self.batch_size and start + size < len(order)
+                   and (size + 1) * len(ids[order[start + size]]) <= self.batch_tokens):
+                size += 1
+            chunk = order[start : start + size]
+            out[chunk] = self._encode_ids([ids[i] for i in chunk])
+            start += size
+        return out
+
+    def _encode_ids(self, batch: list[list[int]]) -> np.ndarray:
+        n, length = len(batch), max(len(ids) for ids in batch)
+        ids = np.zeros((n, length), dtype=np.int64)
+        mask = np.zeros((n, length), dtype=_F32)
+        for row, seq in enumerate(batch):
+            ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1.0
+        x = self.word[ids] + self.position[:length] + self.token_type
+        x = self._layer_norm(x.reshape(n * length, self.dim), *self.emb_ln)
+        # a padded key gets the most negative float added before the softmax, as in BERT
+        bias = ((1.0 - mask) * np.finfo(_F32).min)[:, None, None, :]
+        for layer in self.layers:
+            x = self._block(x, layer, bias, n, length)
+        hidden = x.reshape(n, length, self.dim)
+        summed = np.einsum("nld,nl->nd", hidden, mask)
+        pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+    def _block(self, x: np.ndarray, layer: _Layer, bias: np.ndarray, n: int, length: int) -> np.ndarray:
+        heads, head_dim = self.heads, self.dim // self.heads
+        qkv = x @ layer.qkv_w
+        qkv += layer.qkv_b
+        qkv = qkv.reshape(n, length, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)  # (3, n, heads, length, head_dim)
+        scores = qkv[0] @ qkv[1].transpose(0, 1, 3, 2)
+        scores *= _F32(1.0 / math.sqrt(head_dim))
+        scores += bias
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)
+        context = (scores @ qkv[2]).transpose(0, 2, 1, 3).reshape(n * length, self.dim)
+        attended = context @ layer.out_w
+        attended += layer.out_b
+        attended += x
+        x = self._layer_norm(attended, layer.ln1_g, layer.ln1_b)
+        h = x @ layer.up_w
+        h += layer.up_b
+        _gelu_(h)
+        y = h @ layer.down_w
+        y += layer.down_b
+        y += x
+        return self._layer_norm(y, layer.ln2_g, layer.ln2_b)
+
+    def _layer_norm(self, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
+        mean = x.mean(axis=-1, keepdims=True)
+        centered = x - mean
+        var = np.mean(np.square(centered), axis=-1, keepdims=True)
+        centered *= 1.0 / np.sqrt(var + self.eps)
+        centered *= gamma
+        centered += beta
+        return centered
+
+
+def _map_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """The tensors of a .safetensors file as read-only arrays over a memory map of it.
+
+    The format is an 8-byte little-endian header length, a JSON header giving each tensor's
+    dtype, shape and byte range, then the raw data.
+    """
+    with open(path, "rb") as f:
+        header_len = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(header_len))
+    data = np.asarray(np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_len))
+    tensors: dict[str, np.ndarray] = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _SAFETENSORS_DTYPES.get(meta["dtype"])
+        begin, end = meta["data_offsets"]
+        if dtype is None:
+            raise ValueError(f"{path}: tensor {name} has unsupported dtype {meta['dtype']}")
+        tensors[name] = data[begin:end].view(dtype).reshape(meta["shape"])
+    return tensors
+
+
+def _gelu_(x: np.ndarray) -> None:
+    """The exact (erf) gelu, in place: x * (1 + erf(x / sqrt 2)) / 2."""
+    z = x * _F32(1.0 / math.sqrt(2.0))
+    a = np.abs(z)
+    t = a * _ERF_P
+    t += 1.0
+    np.reciprocal(t, out=t)
+    poly = t * _ERF_A[0]
+    for coef in _ERF_A[1:]:
+        poly += coef
+        poly *= t
+    np.square(a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a  # 1 - erf(|z|)
+    np.copysign(1.0 - poly, z, out=poly)  # erf(z)
+    poly += 1.0
+    poly *= 0.5
+    x *= poly
+

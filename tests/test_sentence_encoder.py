@@ -1,0 +1,86 @@
+"""The torch-free encoder gives sentence-transformers' vectors for the shipped MiniLM weights."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memos.embeddings import LOCAL_EMBEDDER_NAME, local_encoder, local_model_dir
+
+REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
+
+
+@pytest.fixture(scope="module")
+def reference() -> tuple[list[str], np.ndarray]:
+    data = np.load(REFERENCE, allow_pickle=False)
+    return [str(t) for t in data["texts"]], data["vectors"].astype(np.float32)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_vectors_match_sentence_transformers_reference(embedder, reference):
+    texts, expected = reference
+    assert len(texts) >= 250 and any("北京" in t for t in texts) and "" in texts
+    got = local_encoder().encode(texts)
+    cos = _cosines(got, expected)
+    worst = int(np.argmin(cos))
+    assert cos.min() >= 0.999, f"cosine {cos.min():.5f} for {texts[worst][:80]!r}"
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_long_texts_are_truncated_like_sentence_transformers(embedder, reference):
+    texts, expected = reference
+    encoder = local_encoder()
+    long = [i for i, t in enumerate(texts) if encoder.tokenizer.encode(t).overflowing]  # cut at max_length
+    assert len(long) >= 8
+    got = encoder.encode([texts[i] for i in long])
+    assert _cosines(got, expected[long]).min() >= 0.999
+    # past the limit, more text changes nothing
+    first, doubled = encoder.encode([texts[long[-1]], texts[long[-1]] * 2])
+    assert float(first @ doubled) > 0.9999
+
+
+def test_order_and_batching_do_not_change_vectors(embedder, reference):
+    texts = reference[0][:70]
+    one_by_one = np.stack([local_encoder().encode([t])[0] for t in texts])
+    batched = local_encoder().encode(list(reversed(texts)))[::-1]
+    assert _cosines(one_by_one, batched).min() > 0.99999
+
+
+async def test_embedder_keeps_the_name_and_dim_stores_record(embedder):
+    assert (embedder.name, embedder.dim) == (LOCAL_EMBEDDER_NAME, 384)
+    vectors = await embedder.embed_documents(["I moved to Lisbon in May.", "我上个月搬到了上海。"])
+    query = await embedder.embed_query("I moved to Lisbon in May.")
+    assert len(vectors) == 2 and all(len(v) == 384 for v in vectors)
+    assert sum(a * b for a, b in zip(query, vectors[0], strict=True)) > 0.9999
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None, reason="sentence-transformers not installed")
+def test_vectors_match_live_sentence_transformers(embedder, reference):
+    from sentence_transformers import SentenceTransformer
+
+    texts = reference[0]
+    model = SentenceTransformer(str(local_model_dir()), device="cpu")
+    expected = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+    assert _cosines(local_encoder().encode(texts), expected).min() >= 0.999
+
+
+def test_the_default_embedder_needs_no_torch(tmp_path):
+    code = (
+        "import sys, memos\n"
+        f"mem = memos.MemoryOS.open_sync({str(tmp_path / 'db')!r})\n"
+        "mem.ingest_sync(memos.Scope('alice'), [{'speaker': 'alice', 'text': 'I moved to Lisbon in May.'}])\n"
+        "assert mem.search_sync('where does alice live?', memos.Scope('alice'), k=1)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "[]"
+    assert "Loading weights" not in out.stderr and "%|" not in out.stderr
