@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memos.memtypes import MemoryRecord
-
 from .exceptions import ConfigError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: `import memos` (and `memos --help`) stays free of pydantic
+    from memos.memtypes import MemoryRecord
+
     from .memory import MemoryOS
     from .scope import Scope
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from .._sync import run_sync
-from ..demo import DemoStep, load_script, run_demo
-from ..memory import MemoryOS
 from ..scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, emit_json, guarded
+
+if TYPE_CHECKING:
+    from ..demo import DemoStep
 
 out = Console()
 
@@ -45,6 +46,8 @@ def demo(
     json_out: JsonOption = False,
 ) -> None:
     """Play a three-session conversation through the memory OS, offline, and answer recall questions."""
+    from ..demo import load_script, run_demo
+
     store = path or Path(tempfile.mkdtemp(prefix="memos-demo-")) / "memory"
     data = load_script(script)
     if not json_out:
@@ -81,6 +84,8 @@ def chat(
     message: Annotated[list[str] | None, typer.Option("--message", "-m", help="Send these messages and exit (no REPL).")] = None,
 ) -> None:
     """Chat with a memory-backed agent (type /exit to leave, /context to see the last prompt's budget)."""
+    from ..memory import MemoryOS
+
     chosen = _model(model)
     memory = MemoryOS.open_sync(db, model=model if model != "test" else None)
     bot = memory.agent(chosen, Scope(user, agent, session), budget=budget, manager_model=None if model == "test" else chosen,

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 import typer
 
 from .._sync import run_sync
-from ..scheduler import JOB_KINDS, MemoryScheduler
 from ..scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded
 
@@ -28,6 +27,15 @@ AgentOption = Annotated[str | None, typer.Option("--agent", help="Agent id of th
 SessionOption = Annotated[str | None, typer.Option("--session", help="Session id of the scope.")]
 EmbedderOption = Annotated[str, typer.Option(help="'local', 'none' (full-text only) or a pydantic-ai embedding model.")]
 ModelOption = Annotated[str | None, typer.Option(help="pydantic-ai model for reflection/consolidation (omit: raw mode).")]
+# memos.scheduler (APScheduler, SQLAlchemy) loads inside the commands that use it, not for
+# `memos --help`; tests/test_cli.py checks this list against scheduler.JOB_KINDS.
+KINDS_HELP = "One of: reflect, consolidate, decay, maintain."
+
+
+def _scheduler(db: Path) -> Any:
+    from ..scheduler import MemoryScheduler
+
+    return MemoryScheduler(db, mode="manual")
 
 
 def _run_now(db: Path, kind: str, scope: Scope, embedder: str, model: str | None, options: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +119,7 @@ def show_jobs(db: PathOption = Path("memos-data"), embedder: EmbedderOption = "n
     """Schedules, next runs, and the last runs with their results."""
     from ..memory import MemoryOS
 
-    with MemoryScheduler(db, mode="manual") as scheduler:
+    with _scheduler(db) as scheduler:
         jobs = [j.as_dict() for j in scheduler.jobs()]
     memory = MemoryOS.open_sync(db, embedder=embedder_choice(embedder))
     runs = run_sync(_all_runs(memory, last))
@@ -156,22 +164,24 @@ inspect_app.command("jobs")(guarded(show_jobs))
 @jobs_app.command("add")
 @guarded
 def add_job(
-    kind: Annotated[str, typer.Argument(help=f"One of: {', '.join(JOB_KINDS)}.")],
+    kind: Annotated[str, typer.Argument(help=KINDS_HELP)],
     db: PathOption = Path("memos-data"), user: UserOption = "default", agent: AgentOption = None, session: SessionOption = None,
     every: Annotated[float, typer.Option(min=1, help="Interval in seconds.")] = 3600,
     embedder: EmbedderOption = "local", model: ModelOption = None,
 ) -> None:
     """Schedule a job for a scope (replaces an existing one of the same kind)."""
+    from ..scheduler import JOB_KINDS
+
     if kind not in JOB_KINDS:
         fail(f"unknown job kind {kind!r}; known kinds: {', '.join(JOB_KINDS)}")
-    with MemoryScheduler(db, mode="manual") as scheduler:
+    with _scheduler(db) as scheduler:
         info = scheduler.add(kind, Scope(user, agent, session), every=timedelta(seconds=every),
                              options={"embedder": embedder_choice(embedder), "model": model})
     console.print(f"scheduled {info.id} every {every:.0f}s, next run {info.next_run_time}")
 
 
 def _change(action: str, kind: str, db: Path, scope: Scope) -> None:
-    with MemoryScheduler(db, mode="manual") as scheduler:
+    with _scheduler(db) as scheduler:
         getattr(scheduler, action)(kind, scope)
     console.print(f"{action}d {kind} for {scope}" if action != "remove" else f"removed {kind} for {scope}")
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .._sync import run_sync
-from ..crypto import decode_key
-from ..memory import MemoryOS
-from ..portability import export_scope, forget_user, import_lines
 from ..scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, open_existing
+
+if TYPE_CHECKING:
+    from ..memory import MemoryOS
 
 vault_app = typer.Typer(help="Vault key management.", no_args_is_help=True)
 app.add_typer(vault_app, name="vault")
@@ -35,6 +35,8 @@ def export_cmd(
     key_file: KeyOption = None,
 ) -> None:
     """Export a scope's records and history as JSON lines (vault secrets stay encrypted)."""
+    from ..portability import export_scope
+
     memory = _open(db, key_file)
     lines = list(run_sync(export_scope(memory, Scope(user, agent))))
     text = "\n".join(lines) + "\n"
@@ -56,6 +58,10 @@ def import_cmd(
     json_out: JsonOption = False,
 ) -> None:
     """Import an export (records re-embedded; vault secrets re-encrypted only when needed)."""
+    from ..crypto import decode_key
+    from ..memory import MemoryOS
+    from ..portability import import_lines
+
     if not file.exists():
         fail(f"{file} does not exist")
     memory = MemoryOS.open_sync(db, vault_key_file=key_file)
@@ -73,6 +79,8 @@ def forget(
     json_out: JsonOption = False,
 ) -> None:
     """Delete every record, history row and session state of a user, and purge old versions."""
+    from ..portability import forget_user
+
     memory = _open(db, None)
     if not yes and not typer.confirm(f"Delete all memories of user {user!r} in {db}? This cannot be undone."):
         fail("cancelled", code=1)

@@ -10,7 +10,6 @@ import typer
 from rich.progress import Progress
 
 from .._sync import run_sync
-from ..memory import MemoryOS
 from ..scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded
 
@@ -49,6 +48,7 @@ def _is_locomo(path: Path) -> bool:
 
 def _ingest_document(path: Path, db: Path, scope: Scope) -> None:
     from ..documents import resources_from_text
+    from ..memory import MemoryOS
 
     raw = path.read_bytes()
     if b"\x00" in raw[:4096]:
@@ -77,6 +77,8 @@ def ingest(
 ) -> None:
     """Store a file: messages (JSONL / JSON list) or a LOCOMO file as episodic turns, or a text
     document (.txt, .md, ...) as chunked resource memory. Raw mode: no model."""
+    from ..memory import MemoryOS
+
     scope = Scope(user, agent, session)
     if not file.exists():
         fail(f"{file} does not exist")
@@ -114,6 +116,8 @@ def search(
     as_json: JsonOption = False,
 ) -> None:
     """Hybrid search over a scope's memories."""
+    from ..memory import MemoryOS
+
     mem = MemoryOS.open_sync(db)
     hits = mem.search_sync(query, Scope(user, agent, session), types=types, k=k, budget_tokens=budget)
     if as_json:
@@ -131,6 +135,8 @@ def reindex(
     embedder: Annotated[str, typer.Option(help="'local', a pydantic-ai embedding model string, or 'test' (pydantic-ai's TestEmbeddingModel, for tests).")] = "local",
 ) -> None:
     """Re-embed every record (after changing embedders, or to add vectors to a full-text-only store)."""
+    from ..memory import MemoryOS
+
     mem = MemoryOS.open_sync(db, embedder=None)
     done = run_sync(mem.reindex(embedder))
     console.print(f"re-embedded {done} records in {db} with {mem.embedder.name}")
