@@ -1,0 +1,45 @@
+"""Startup: commands that need no vectors never load the embedder's weights.
+
+Run in fresh interpreters, since the test session itself has everything imported. What is
+checked is what a user sees (output, exit codes) and which modules a command had to load;
+how long it takes is measured in the README's benchmarks, not here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=cwd, check=True)
+
+
+def test_read_only_commands_never_load_the_weights_and_print_no_warnings(tmp_path):
+    db = tmp_path / "db"
+    _python(f"from memos.cli import app\ntry:\n    app(['init', {str(db)!r}, '--user', 'sam'])\nexcept SystemExit:\n    pass\n",
+            tmp_path)  # init embeds its default core blocks: the weights load there, rightly
+    code = (
+        "import sys\nfrom memos.cli import app\n"
+        "for args in " + repr([
+            ["inspect", "stores", "--db", str(db)],
+            ["export", str(tmp_path / "out.jsonl"), "--db", str(db), "--user", "sam"],
+            ["jobs", "list", "--db", str(db)],
+        ]) + ":\n"
+        "    try:\n        app(args)\n    except SystemExit as exc:\n        assert not exc.code, (args, exc.code)\n"
+        "import memos.embeddings as e\n"
+        "print('WEIGHTS', e._local is not None and e._local.embedder._encoder is not None)\n"
+        "print('LOADED', sorted(m for m in ('torch', 'transformers', 'tokenizers') if m in sys.modules))\n"
+    )
+    out = _python(code, tmp_path)
+    assert "WEIGHTS False" in out.stdout and "LOADED []" in out.stdout
+    for noise in ("Loading weights", "%|", "full-text-only", "no embedder", "Traceback"):
+        assert noise not in out.stderr, out.stderr
+    assert (tmp_path / "out.jsonl").exists()
+
+
+def test_job_kinds_in_the_help_are_the_schedulers():
+    from memos.cli.jobs import KINDS_HELP
+    from memos.scheduler import JOB_KINDS
+
+    assert KINDS_HELP == f"One of: {', '.join(JOB_KINDS)}."
