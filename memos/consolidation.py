@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from .memory import MemoryOS
     from .scope import Scope
 
+from .exceptions import RecordChangedError
+
 __all__ = [
     "ConsolidationPlan",
     "Merge",
@@ -253,20 +255,27 @@ def plan_consolidation(memory_type: str, records: Sequence[MemoryRecord], vector
 
 
 async def mark(memory: MemoryOS, scope: Scope, name: str, record: MemoryRecord, changes: dict[str, Any], *, op: str,
-               actor: str, note: str | None = None) -> MemoryRecord:
-    """Change bookkeeping fields of a record, keeping its stored vector (its text does not change).
+               actor: str, note: str | None = None) -> MemoryRecord | None:
+    """Change bookkeeping fields of a record, keeping its stored vector (its text does not change);
+    None if the record changed or vanished since `record` was read (nothing is written then).
 
     Unlike `MemoryOS.update` this never re-embeds, so a job running without an embedder
     (full-text-only worker) cannot strip vectors from the records it touches (`MemoryOS.restamp`).
+    The write is conditional on the version read, so a job's decision on a stale copy never
+    overwrites an acknowledged update and never brings a deleted record back: the job skips it.
     """
-    return await memory.restamp(record, changes, op=op, actor=actor, note=note)
+    try:
+        return await memory.restamp(record, changes, op=op, actor=actor, note=note)
+    except RecordChangedError:
+        return None
 
 
 async def apply_plan(memory: MemoryOS, scope: Scope, plan: ConsolidationPlan, *, actor: str = "consolidation") -> dict[str, int]:
     """Carry a plan out through `MemoryOS` (history for every change); returns counts.
 
     Records are re-read first: one that vanished or stopped being active since planning
-    (another writer got there first) is skipped, not resurrected.
+    (another writer got there first) is skipped, not resurrected; so is one that changes between
+    that read and the write (`mark` writes only the version it read).
     """
     done = {"merged": 0, "superseded": 0, "skipped": 0}
     name = plan.memory_type
@@ -278,16 +287,21 @@ async def apply_plan(memory: MemoryOS, scope: Scope, plan: ConsolidationPlan, *,
         if survivor is None or not others:
             done["skipped"] += len(others)
             continue
-        await mark(memory, scope, name, survivor, {
+        kept = await mark(memory, scope, name, survivor, {
             "importance": max(merge.importance, survivor.importance),
             "source_ids": list(dict.fromkeys([*survivor.source_ids, *merge.source_ids])),
             "tags": list(dict.fromkeys([*survivor.tags, *merge.tags])),
             "access_count": max(merge.access_count, survivor.access_count),
         }, op="merge", actor=actor, note=f"survivor of {len(others)} duplicates")
+        if kept is None:  # the survivor changed under us: the next run decides again
+            done["skipped"] += len(others)
+            continue
         for other in others:
-            await mark(memory, scope, name, other,
-                       {"status": "archived", "superseded_by": survivor.id, "tags": list(dict.fromkeys([*other.tags, "merged"]))},
-                       op="merge", actor=actor, note=f"merged into {survivor.id} ({merge.reason})")
+            if await mark(memory, scope, name, other,
+                          {"status": "archived", "superseded_by": survivor.id, "tags": list(dict.fromkeys([*other.tags, "merged"]))},
+                          op="merge", actor=actor, note=f"merged into {survivor.id} ({merge.reason})") is None:
+                done["skipped"] += 1
+                continue
             done["merged"] += 1
     for sup in plan.supersedes:
         current = await _active(memory, scope, name, [sup.old_id, sup.new_id])
@@ -295,8 +309,10 @@ async def apply_plan(memory: MemoryOS, scope: Scope, plan: ConsolidationPlan, *,
             done["skipped"] += 1
             continue
         old, new = current[sup.old_id], current[sup.new_id]
-        await mark(memory, scope, name, old, {"status": "superseded", "valid_to": sup.valid_to, "superseded_by": new.id},
-                   op="supersede", actor=actor, note=sup.reason)
+        if await mark(memory, scope, name, old, {"status": "superseded", "valid_to": sup.valid_to, "superseded_by": new.id},
+                      op="supersede", actor=actor, note=sup.reason) is None:
+            done["skipped"] += 1
+            continue
         if new.valid_from is None:
             await mark(memory, scope, name, new, {"valid_from": _start(new)}, op="update", actor=actor, note="validity opened")
         done["superseded"] += 1

@@ -83,16 +83,26 @@ def plan_decay(records: Sequence[MemoryRecord], now: datetime, policy: DecayPoli
 
 async def apply_decay(memory: MemoryOS, scope: Scope, policy: DecayPolicy = DecayPolicy(), *, actor: str = "decay",
                       limit: int | None = None) -> dict[str, Any]:
-    """Archive the records of `scope` that `plan_decay` picks; returns counts per store."""
+    """Archive the records of `scope` that `plan_decay` picks; returns counts per store.
+
+    Each archive is conditional on the version decay scored: a record changed since (a fresh
+    update, an access) or deleted is skipped, never archived on stale numbers nor written back."""
+    from .consolidation import mark
+
     now = memory.clock()
     archived: dict[str, int] = {}
-    scanned = 0
+    scanned = skipped = 0
     for name in memory.types if policy.types is None else policy.types:
         if name not in memory.types or not memory.types[name].decays:
             continue
         records = await memory.list(scope, name, status="active", limit=limit)
+        by_id = {r.id: r for r in records}
         scanned += len(records)
         for memory_type, record_id, score in plan_decay(records, now, policy):
-            await memory.archive(scope, memory_type, record_id, actor=actor, note=f"decayed (retention {score:.3f} < {policy.threshold})")
+            done = await mark(memory, scope, memory_type, by_id[record_id], {"status": "archived"}, op="archive", actor=actor,
+                              note=f"decayed (retention {score:.3f} < {policy.threshold})")
+            if done is None:
+                skipped += 1
+                continue
             archived[memory_type] = archived.get(memory_type, 0) + 1
-    return {"scanned": scanned, "archived": sum(archived.values()), "archived_by_type": archived}
+    return {"scanned": scanned, "archived": sum(archived.values()), "archived_by_type": archived, "skipped": skipped}

@@ -33,10 +33,11 @@ from memos.memtypes import Fact, MemoryRecord, Procedure, new_id
 from ._sync import run_sync
 from .consolidation import ConsolidationPlan, Merge, Supersede, apply_plan, normalize_text, plan_consolidation
 from .decay import DecayPolicy, apply_decay
-from .exceptions import ConfigError
+from .exceptions import ConfigError, MemosError
 from .maintenance import maintain
 from .model_backend import model_backend
 from .scope import Scope, Where
+from .storage import is_conflict
 from .telemetry import span
 
 if TYPE_CHECKING:
@@ -246,6 +247,12 @@ async def run_job(memory: MemoryOS, kind: str, scope: Scope, *, model: Any = Non
                 outcome.update(await decay(memory, scope, policy=_decay_policy(opts)))
             else:
                 outcome.update(await maintain_tables(memory, scope, min_rows=opts.get("min_rows")))
+        except (MemosError, OSError, RuntimeError) as exc:
+            if isinstance(exc, MemosError) or is_conflict(exc):  # an expected race or a storage failure: one line
+                log.warning("job %s for %s stopped: %s: %s", kind, scope, type(exc).__name__, exc)
+            else:  # a defect: logged with its traceback
+                log.exception("job %s for %s failed", kind, scope)
+            outcome["errors"].append(f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # recorded in history and logged with its traceback, then reported in the outcome
             log.exception("job %s for %s failed", kind, scope)
             outcome["errors"].append(f"{type(exc).__name__}: {exc}")

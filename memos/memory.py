@@ -22,7 +22,7 @@ from memos.memtypes import BASE_FIELDS, BUILTIN_TYPES, Episode, MemoryRecord, ne
 from . import validation as check
 from ._sync import with_sync_methods
 from .embeddings import TextEmbedder, resolve_embedder
-from .exceptions import ConfigError, DuplicateIdError, InvalidRecordError, RecordNotFoundError, UnknownMemoryTypeError
+from .exceptions import ConfigError, DuplicateIdError, InvalidRecordError, RecordChangedError, RecordNotFoundError, UnknownMemoryTypeError
 from .ingest import Message, episodes_from_messages
 from .ranking import Hit, RankingPolicy
 from .retrieval import SearchRequest, search
@@ -40,6 +40,8 @@ TypeRef = str | type[MemoryRecord]
 _IMMUTABLE = {"id", "user_id", "agent_id", "session_id", "text", "created_at", "updated_at"}
 _BOOKKEEPING = {"status", "valid_from", "valid_to", "superseded_by", "source_ids", "tags", "importance",
                 "access_count", "last_accessed"}
+OCC_ATTEMPTS = 20
+"""How often a user's update is re-applied to a record another writer changed meanwhile."""
 
 
 def _default_clock() -> datetime:
@@ -185,22 +187,31 @@ class MemoryOS:
         return [self._redact(r) for group in prepared.values() for r in group]
 
     async def update(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str = "user") -> MemoryRecord:
-        """Change fields of a record; returns the updated record."""
+        """Change fields of a record; returns the updated record.
+
+        The write is conditional on the version read: if another writer (a job, another process)
+        changed the record meanwhile, the changes are applied again to the fresh record; if it
+        was deleted, `RecordNotFoundError`. An update is never overwritten by a stale copy."""
         check.check_scope(scope)
         changes = check.check_changes(changes)
         validate_value(actor, "actor")
-        record = await self._load(scope, memory_type, record_id)
+        record_type = self.record_type(memory_type)
         bad = set(changes) & _IMMUTABLE
-        unknown = set(changes) - set(type(record).model_fields)
+        unknown = set(changes) - set(record_type.model_fields)
         if bad or unknown:
-            raise InvalidRecordError(f"cannot update {sorted(bad | unknown)} of a {record.memory_type} record; "
-                                     f"updatable fields: {sorted(set(type(record).model_fields) - _IMMUTABLE)}")
-        revised = self._revalidate(record, {**changes, "updated_at": self.clock()})
-        if record.secret_fields:
-            check.check_secret_not_exposed(revised, {f: self._clear_secret(revised, f, changes) for f in record.secret_fields})
-        updated = self._seal(revised, fresh=set(changes))
-        await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record})
-        return self._redact(updated)
+            raise InvalidRecordError(f"cannot update {sorted(bad | unknown)} of a {record_type.memory_type} record; "
+                                     f"updatable fields: {sorted(set(record_type.model_fields) - _IMMUTABLE)}")
+
+        async def attempt() -> MemoryRecord:
+            record = await self._load(scope, memory_type, record_id)
+            revised = self._revalidate(record, {**changes, "updated_at": self._stamp(record)})
+            if record.secret_fields:
+                check.check_secret_not_exposed(revised, {f: self._clear_secret(revised, f, changes) for f in record.secret_fields})
+            updated = self._seal(revised, fresh=set(changes))
+            await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record})
+            return self._redact(updated)
+
+        return await self._optimistic(attempt)
 
     async def supersede(self, scope: Scope, memory_type: TypeRef, old_id: str, new: MemoryRecord, *, actor: str = "user") -> MemoryRecord:
         """Replace a record by a new one: the old closes its validity and links its successor."""
@@ -213,8 +224,17 @@ class MemoryOS:
         if new.valid_from is None:
             new = self._revalidate(new, {"valid_from": now})
         [added] = await self.add(scope, new, actor=actor)
-        closed = self._revalidate(old, {"status": "superseded", "valid_to": now, "superseded_by": added.id, "updated_at": now})
-        await self._write(old.memory_type, [closed], "supersede", actor, before={old.id: old}, vectors_from=old)
+
+        async def close(old: MemoryRecord | None = old) -> None:
+            old = old or await self._load(scope, memory_type, old_id)
+            closed = self._revalidate(old, {"status": "superseded", "valid_to": now, "superseded_by": added.id,
+                                            "updated_at": self._stamp(old)})
+            await self._write(old.memory_type, [closed], "supersede", actor, before={old.id: old}, vectors_from=old)
+
+        try:
+            await close()
+        except RecordChangedError:  # changed since it was read: close the fresh copy
+            await self._optimistic(lambda: close(None))
         return added
 
     async def archive(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user", note: str | None = None) -> MemoryRecord:
@@ -223,10 +243,14 @@ class MemoryOS:
         validate_value(actor, "actor")
         if note is not None:
             check.check_text(note, "note", limit=10_000)
-        record = await self._load(scope, memory_type, record_id)
-        archived = self._revalidate(record, {"status": "archived", "updated_at": self.clock()})
-        await self._write(record.memory_type, [archived], "archive", actor, before={record.id: record}, vectors_from=record, note=note)
-        return self._redact(archived)
+
+        async def attempt() -> MemoryRecord:
+            record = await self._load(scope, memory_type, record_id)
+            archived = self._revalidate(record, {"status": "archived", "updated_at": self._stamp(record)})
+            await self._write(record.memory_type, [archived], "archive", actor, before={record.id: record}, vectors_from=record, note=note)
+            return self._redact(archived)
+
+        return await self._optimistic(attempt)
 
     async def delete(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user") -> None:
         """Delete a record for real, its history included (right to be forgotten)."""
@@ -316,12 +340,15 @@ class MemoryOS:
                       note: str | None = None) -> MemoryRecord:
         """Change bookkeeping fields of `record` (as read): status, validity, links, provenance,
         tags, importance, access counts. Its text does not change, so its stored vector is kept
-        and nothing is re-embedded (a job without an embedder cannot strip vectors). In history as `op`."""
+        and nothing is re-embedded (a job without an embedder cannot strip vectors). In history as `op`.
+
+        Written only if the stored record is still the version given: `RecordChangedError` if
+        another writer changed or deleted it since (the caller re-reads and re-decides, or skips)."""
         content = set(changes) - _BOOKKEEPING
         if content:
             raise InvalidRecordError(f"restamp changes bookkeeping fields only; use update for {sorted(content)}")
         self.record_type(type(record))
-        changed = self._revalidate(record, {**changes, "updated_at": self.clock()})
+        changed = self._revalidate(record, {**changes, "updated_at": self._stamp(record)})
         await self._write(record.memory_type, [changed], op, actor, before={record.id: record}, vectors_from=record, note=note)
         return changed
 
@@ -482,6 +509,22 @@ class MemoryOS:
             return value or ""
         return self.cipher().decrypt(value, self._aad(record))
 
+    def _stamp(self, record: MemoryRecord) -> datetime:
+        """The `updated_at` of a new version of `record`: now, and always later than the version
+        read, so the next conditional write can tell the two apart even under a stopped clock."""
+        return max(self.clock(), record.updated_at + timedelta(microseconds=1))
+
+    @staticmethod
+    async def _optimistic(attempt: Callable[[], Any]) -> Any:
+        """Run a read-modify-write until it commits on the version it read (`OCC_ATTEMPTS` tries)."""
+        for tries in range(OCC_ATTEMPTS):
+            try:
+                return await attempt()
+            except RecordChangedError:
+                if tries == OCC_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
     def _revalidate(self, record: R, changes: dict[str, Any]) -> R:
         data = {**record.model_dump(), **changes}
         try:
@@ -554,23 +597,41 @@ class MemoryOS:
         for name, record_type in self.types.items():
             if not record_type.secret_fields:
                 continue
-            table = self.storage.type_table(name)
-            rows = await self.storage.rows(name, None)
-            changed = []
-            for row in rows:
-                record = table.to_record(row)
-                updates = {f: cipher.encrypt(cipher.decrypt(getattr(record, f), self._aad(record)), self._aad(record))
-                           for f in record.secret_fields if getattr(record, f) and not cipher.is_current(getattr(record, f))}
-                if updates:
-                    changed.append(table.to_row(record.model_copy(update=updates), row.get("vector")))
-            for start in range(0, len(changed), 500):
-                await self.storage.upsert_rows(name, changed[start : start + 500])
-            done += len(changed)
+            for _ in range(OCC_ATTEMPTS):  # a pass re-reads what another writer changed during the last one
+                stale = await self._reencrypt(name, cipher)
+                done += stale[0]
+                if not stale[1]:
+                    break
+            else:
+                raise RecordChangedError(name, [], 0)
         write_key_file(self.key_file, new_key)
         pending.unlink(missing_ok=True)
         self._cipher = VaultCipher((new_key,))
         await self.storage.purge_old_versions()  # old ciphertexts leave the disk with the old key
         return done
+
+    async def _reencrypt(self, name: str, cipher: Any) -> tuple[int, bool]:
+        """Re-encrypt the secrets of one store not yet under `cipher`'s key; (done, some changed meanwhile).
+        Each row is written only if it is still the version read (a concurrent update retries)."""
+        table = self.storage.type_table(name)
+        changed, read_at = [], {}
+        for row in await self.storage.rows(name, None):
+            record = table.to_record(row)
+            updates = {f: cipher.encrypt(cipher.decrypt(getattr(record, f), self._aad(record)), self._aad(record))
+                       for f in record.secret_fields if getattr(record, f) and not cipher.is_current(getattr(record, f))}
+            if updates:
+                changed.append(table.to_row(record.model_copy(update={**updates, "updated_at": self._stamp(record)}), row.get("vector")))
+                read_at[record.id] = record.updated_at
+        done, raced = 0, False
+        for start in range(0, len(changed), 500):
+            batch = changed[start : start + 500]
+            try:
+                await self.storage.update_rows(name, batch, read_at)
+                done += len(batch)
+            except RecordChangedError as exc:
+                done += exc.written
+                raced = True
+        return done, raced
 
     async def reveal(self, scope: Scope, record_id: str, *, approved_by: str, clearance: str = "high") -> str:
         """Decrypt a vault item's secret. Callers must have obtained approval; it is logged (without the value).
@@ -638,11 +699,13 @@ class MemoryOS:
         rows = [table.to_row(r, v) for r, v in zip(records, vectors, strict=True)]
         if op == "add":
             await self.storage.add_rows(name, rows)
-        else:
-            await self.storage.upsert_rows(name, rows)
+        else:  # only the version that was read is replaced; a deleted record stays deleted
+            assert before is not None, f"a {op} must name the versions it read"
+            await self.storage.update_rows(name, rows, {r.id: before[r.id].updated_at for r in records})
         now = self.clock()
         await self.storage.append_history([
-            history_row(op, r, actor, _audit(before.get(r.id)) if before else None, _audit(r), now, note) for r in records
+            history_row(op, r, actor, _audit(before.get(r.id)) if before else None, _audit(r), max(now, r.updated_at), note)
+            for r in records
         ])
 
     async def _vectors(self, texts: list[str]) -> list[list[float] | None]:

@@ -167,7 +167,11 @@ class _ThreadExecutor(BaseExecutor):
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="memos-job")
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
-        future = self._pool.submit(_run_job, self._scheduler, job, run_times, self._logger)
+        try:
+            future = self._pool.submit(_run_job, self._scheduler, job, run_times, self._logger)
+        except RuntimeError:  # the worker is shutting down (pool closed): the job runs at the next start
+            log.info("job %s not started: the scheduler is shutting down", job.id)
+            return
 
         def done(f: Any) -> None:
             if f.exception() is not None:

@@ -37,7 +37,7 @@ from .lease import StoreLease
 from .scope import sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, row_from_record
 
-__all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTable", "arrow_rows", "history_row", "retry_conflicts", "storage_error"]
+__all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTable", "arrow_rows", "history_row", "is_conflict", "retry_conflicts", "storage_error"]
 
 log = logging.getLogger("memos.storage")
 
@@ -129,7 +129,8 @@ class TypeTable:
         return row
 
 
-def _is_conflict(exc: BaseException) -> bool:
+def is_conflict(exc: BaseException) -> bool:
+    """Whether a LanceDB error is a commit conflict with another writer (retrying can succeed)."""
     text = str(exc).lower()
     return "conflict" in text or "retryable" in text or "concurrent" in text
 
@@ -169,7 +170,7 @@ async def retry_conflicts(op: Callable[[], Awaitable[T]], attempts: int = 12) ->
         try:
             return await op()
         except Exception as exc:  # LanceDB raises plain RuntimeError/OSError for conflicts
-            if not _is_conflict(exc) or attempt == attempts - 1:
+            if not is_conflict(exc) or attempt == attempts - 1:
                 raise
             await asyncio.sleep(min(1.0, 0.01 * 2**attempt) * (0.5 + random.random()))
     raise AssertionError("unreachable")
@@ -209,7 +210,7 @@ class Storage:
             try:
                 return await op()
             except (OSError, RuntimeError, ValueError) as exc:  # LanceDB raises these for every storage failure
-                gone, conflict = _is_gone(exc), _is_conflict(exc)
+                gone, conflict = _is_gone(exc), is_conflict(exc)
                 if not (gone or conflict) or attempt == attempts - 1:
                     error = storage_error(exc, self.uri)
                     if error is exc:
@@ -236,7 +237,12 @@ class Storage:
         self._writes[key] = self._writes.get(key, 0) + 1
         self._pending[key] = self._pending.get(key, 0) + rows
         if self._writes[key] % COMPACT_EVERY == 0 or self._pending[key] >= INDEX_EVERY_ROWS:
-            await self.write(table, lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
+            try:
+                await self.write(table, lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
+            except (OSError, RuntimeError) as exc:  # incl. memos' storage errors: the write itself has committed
+                log.warning("automatic compaction of %s skipped (%s); the next one or the maintenance job does it",
+                            table.name, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+                return
             self._pending[key] = 0
 
     @classmethod

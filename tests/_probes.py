@@ -3,6 +3,7 @@
     python tests/_probes.py writer DB SIDE USER STOP SEED   adds / updates / deletes facts, acks each to SIDE
     python tests/_probes.py reader DB STOP OUT              searches and lists until STOP exists
     python tests/_probes.py worker DB SECONDS LOG           `memos worker` (full-text only), logging to LOG
+    python tests/_probes.py churn DB                         adds duplicates and consolidates them, forever (to be killed)
 
 A writer acknowledges an operation (a line in SIDE, fsynced) only after the call returned; before
 an update or delete it writes what it tries, so a check can tell "maybe applied" from "acknowledged".
@@ -31,6 +32,7 @@ def writer(db: str, side: str, user: str, stop: str, seed: int) -> None:
     mem = MemoryOS.open_sync(db, embedder=None)
     scope = Scope(user, "a", "s")
     live: list[str] = []
+    texts: dict[str, tuple[str, str]] = {}
     n = 0
     with open(side, "a") as acks:
         def ack(line: str) -> None:
@@ -56,6 +58,10 @@ def writer(db: str, side: str, user: str, stop: str, seed: int) -> None:
                 else:
                     facts = [Fact(subject=f"{user} item {n + i}", summary=f"{user} note {n + i} filed under {rng.random():.6f}",
                                   importance=0.5) for i in range(2)]
+                    if texts and rng.random() < 0.2:  # a duplicate of an earlier fact, for consolidation to merge
+                        subject, summary = texts[rng.choice(list(texts))]
+                        facts[1] = Fact(subject=subject, summary=summary, importance=0.5)
+                    texts.update({f.id: (f.subject, f.summary) for f in facts})
                     for f in facts:
                         ack(f"try-add {f.id}")
                     mem.add_sync(scope, facts)
@@ -91,6 +97,23 @@ def worker(db: str, seconds: str, log_file: str) -> None:
 
     logging.basicConfig(filename=log_file, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run_worker(db, embedder=None, duration=float(seconds))
+
+
+def churn(db: str) -> None:
+    from memos import MemoryOS, Scope
+    from memos.jobs import consolidate
+    from memos.memtypes import Fact
+
+    mem = MemoryOS.open_sync(db, embedder=None)
+    scope = Scope("churn", "a", "s")
+    print("ready", flush=True)
+    n = 0
+    while True:
+        mem.add_sync(scope, [Fact(subject=f"thing {n % 7}", summary=f"thing {n % 7} is kept in box {n % 5}") for _ in range(3)])
+        n += 1
+        from memos._sync import run_sync
+
+        run_sync(consolidate(mem, scope))
 
 
 def read_acks(side: Path) -> dict[str, Any]:
@@ -165,5 +188,7 @@ if __name__ == "__main__":
         reader(*args)
     elif role == "worker":
         worker(*args)
+    elif role == "churn":
+        churn(*args)
     else:
         raise SystemExit(f"unknown role {role}")
