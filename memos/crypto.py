@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .exceptions import MemoryOSError
 
-__all__ = ["ENV_KEY", "SENSITIVITY", "VaultAccessError", "VaultCipher", "VaultKeyError", "decode_key", "generate_key", "key_id", "load_keys", "load_or_create_key", "pending_key_file", "write_key_file"]
+__all__ = ["ENV_KEY", "SENSITIVITY", "VaultAccessError", "VaultCipher", "VaultKeyError", "decode_key", "generate_key", "key_id", "legacy_key_file",
+           "load_keys", "load_or_create_key", "pending_key_file", "read_key_file", "retire_key", "retired_key_file", "write_key_file"]
 
 ENV_KEY = "MEMOS_VAULT_KEY"
 _PREFIX = "v1"
@@ -55,6 +56,40 @@ def decode_key(text: str, origin: str) -> bytes:
     return key
 
 
+def legacy_key_file() -> Path:
+    """The key file every store shared before keys were per store (still read, never rotated)."""
+    return Path.home() / ".config" / "memos" / "vault.key"
+
+
+def read_key_file(path: str | Path) -> bytes:
+    """The key in a key file."""
+    return decode_key(Path(path).read_text(), str(path))
+
+
+def retired_key_file(key_file: str | Path) -> Path:
+    """Keys a rotation replaced in a key file that other stores may share (decrypt only)."""
+    path = Path(key_file)
+    return path.with_name(path.name + ".retired")
+
+
+def retire_key(key_file: str | Path, key: bytes) -> None:
+    """Keep `key` loadable for decryption beside `key_file` (owner-only, appended)."""
+    path = retired_key_file(key_file)
+    if key in _retired(path):
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a") as out:
+        out.write(base64.urlsafe_b64encode(key).decode() + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _retired(path: Path) -> list[bytes]:
+    if not path.exists():
+        return []
+    return [decode_key(line, str(path)) for line in path.read_text().splitlines() if line.strip()]
+
+
 def load_or_create_key(key_file: str | Path) -> bytes:
     """The vault key: `MEMOS_VAULT_KEY` if set, else `key_file` (created, mode 0600, if missing)."""
     if os.environ.get(ENV_KEY):
@@ -79,10 +114,14 @@ def pending_key_file(key_file: str | Path) -> Path:
 
 
 def load_keys(key_file: str | Path) -> tuple[bytes, ...]:
-    """The keys to open the vault with: a pending rotation's new key first, then the current one."""
+    """The keys to open the vault with: a pending rotation's new key first, then the current one,
+    then keys rotations retired from this file (decrypt only)."""
     current = load_or_create_key(key_file)
     pending = pending_key_file(key_file)
-    return (decode_key(pending.read_text(), str(pending)), current) if pending.exists() else (current,)
+    keys = (decode_key(pending.read_text(), str(pending)), current) if pending.exists() else (current,)
+    if os.environ.get(ENV_KEY):
+        return keys
+    return (*keys, *[k for k in _retired(retired_key_file(key_file)) if k not in keys])
 
 
 def write_key_file(path: str | Path, key: bytes) -> None:

@@ -31,7 +31,20 @@ from .storage import HistoryEntry, Storage, history_row
 from .telemetry import span
 from .tokens import Tokenizer, tokenizer_for
 
-__all__ = ["MemoryOS", "ScopedMemory", "provide"]
+
+def default_key_file(uri: str) -> Path:
+    """The per-store vault key file of the store at `uri` (see `MemoryOS.key_file`)."""
+    from .lease import local_path
+
+    local = local_path(uri)
+    if local is not None:
+        local = local.absolute()
+        return local.with_name(local.name + ".vault.key")
+    import hashlib
+
+    return Path.home() / ".config" / "memos" / "vaults" / (hashlib.sha256(uri.encode()).hexdigest()[:16] + ".key")
+
+__all__ = ["MemoryOS", "ScopedMemory", "default_key_file", "provide"]
 
 log = logging.getLogger("memos")
 R = TypeVar("R", bound=MemoryRecord)
@@ -564,13 +577,28 @@ class MemoryOS:
         if self._cipher is None:
             from .crypto import VaultCipher, load_keys
 
-            self._cipher = VaultCipher(load_keys(self.key_file))
+            keys = load_keys(self.key_file)
+            self._cipher = VaultCipher((*keys, *[k for k in self._legacy_keys() if k not in keys]))
         return self._cipher
 
     @property
     def key_file(self) -> Path:
-        """The vault key file (used when MEMOS_VAULT_KEY is not set)."""
-        return self.vault_key_file or Path.home() / ".config" / "memos" / "vault.key"
+        """The vault key file (used when MEMOS_VAULT_KEY is not set): the one passed to `open`, else
+        the store's own, `<store>.vault.key` beside a local store (`~/.config/memos/vaults/<hash>.key`
+        for a URI). One key per store: rotating one store never touches another's key."""
+        return self.vault_key_file or default_key_file(self.storage.uri)
+
+    def _legacy_keys(self) -> tuple[bytes, ...]:
+        """The key every store shared before keys were per store (`~/.config/memos/vault.key`),
+        decrypt only, for a store that still holds secrets made with it (a rotation moves them)."""
+        import os as _os
+
+        from .crypto import ENV_KEY, legacy_key_file, read_key_file
+
+        legacy = legacy_key_file()
+        if self.vault_key_file is not None or _os.environ.get(ENV_KEY) or not legacy.exists():
+            return ()
+        return (read_key_file(legacy),)
 
     async def rotate_vault_key(self, new_key: bytes | None = None) -> int:
         """Re-encrypt every vault secret (all users) under a new key; returns the secrets re-encrypted.
@@ -581,18 +609,19 @@ class MemoryOS:
         """
         import os as _os
 
-        from .crypto import ENV_KEY, VaultCipher, generate_key, load_keys, pending_key_file, write_key_file
+        from .crypto import ENV_KEY, VaultCipher, generate_key, load_keys, load_or_create_key, pending_key_file, retire_key, write_key_file
 
         if new_key is not None and (not isinstance(new_key, bytes) or len(new_key) != 32):
             raise ConfigError("new_key must be 32 random bytes (or None to generate one)")
         if _os.environ.get(ENV_KEY):
             raise ConfigError(f"the vault key comes from ${ENV_KEY}; rotate with a key file (unset it), then export the new key")
         keys = load_keys(self.key_file)
+        current = load_or_create_key(self.key_file)
         pending = pending_key_file(self.key_file)
         if new_key is None:
             new_key = keys[0] if pending.exists() else generate_key()
         write_key_file(pending, new_key)
-        cipher = VaultCipher((new_key, *[k for k in keys if k != new_key]))
+        cipher = VaultCipher((new_key, *[k for k in (*keys, *self._legacy_keys()) if k != new_key]))
         done = 0
         for name, record_type in self.types.items():
             if not record_type.secret_fields:
@@ -605,8 +634,10 @@ class MemoryOS:
             else:
                 raise RecordChangedError(name, [], 0)
         write_key_file(self.key_file, new_key)
+        if self.vault_key_file is not None and current != new_key:
+            retire_key(self.key_file, current)  # another store may share this file: it can still open its secrets
         pending.unlink(missing_ok=True)
-        self._cipher = VaultCipher((new_key,))
+        self._cipher = None  # reloaded: the new key, retired ones, the legacy one
         await self.storage.purge_old_versions()  # old ciphertexts leave the disk with the old key
         return done
 

@@ -32,7 +32,6 @@ from memos.memtypes import MemoryRecord, new_id
 
 from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, RecordChangedError, StoreFullError, StoreUnavailableError
-from .fulltext import FORM, MARK, has_cjk, index_form, plain_text
 from .lease import StoreLease
 from .scope import sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, row_from_record
@@ -119,14 +118,10 @@ class TypeTable:
         return [name for name in self.record_type.model_fields if name != VECTOR_COLUMN]
 
     def to_record(self, row: dict[str, Any]) -> MemoryRecord:
-        record = record_from_row(self.record_type, row, self.json_cols)
-        record.text = plain_text(record.text)
-        return record
+        return record_from_row(self.record_type, row, self.json_cols)
 
     def to_row(self, record: MemoryRecord, vector: list[float] | None) -> dict[str, Any]:
-        row = row_from_record(record, vector, self.json_cols)
-        row["text"] = index_form(row["text"] or "", record.index_text())  # Chinese words findable (memos.fulltext)
-        return row
+        return row_from_record(record, vector, self.json_cols)
 
 
 def is_conflict(exc: BaseException) -> bool:
@@ -260,7 +255,11 @@ class Storage:
             meta = await conn.create_table(_META, schema=_META_SCHEMA, exist_ok=True)
             history = await conn.create_table(_HISTORY, schema=HISTORY_SCHEMA, exist_ok=True)
         except (OSError, RuntimeError, ValueError) as exc:
-            raise StoreUnavailableError(f"cannot open the memos store at {uri}: {exc}") from exc
+            error = storage_error(exc, uri)
+            if error is exc:
+                detail = _RUST_LOCATION.sub("", str(exc)).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                error = StoreUnavailableError(f"cannot open the memos store at {uri}: {detail}")
+            raise error from exc
         values = await _read_meta(meta)
         stored = json.loads(values["embedder"]) if "embedder" in values else None
         dim, name = cls._settle_embedder(uri, stored, embedder)
@@ -271,25 +270,7 @@ class Storage:
         physical = json.loads(values.get("tables", "{}"))
         for record_type in record_types:
             await storage._open_type(record_type, physical.get(record_type.memory_type, record_type.memory_type))
-        if values.get("fulltext") != FORM:
-            await storage._migrate_fulltext()
-            await _write_meta(meta, "fulltext", FORM)
         return storage
-
-    async def _migrate_fulltext(self) -> None:
-        """Bring a store written before Chinese was indexed as bigrams (`memos.fulltext`) up to
-        date, once: rows whose text holds CJK get the index tokens (only the `text` column is
-        rewritten) and the table's full-text index is rebuilt. English rows are left alone."""
-        for name, typed in self.tables.items():
-            rows = await self.rows(name, None, columns=["id", "text"])
-            changed = [{"id": r["id"], "text": index_form(r["text"])} for r in rows
-                       if r["text"] and MARK not in r["text"] and has_cjk(r["text"])]
-            for start in range(0, len(changed), 1_000):
-                batch = pa.Table.from_pylist(changed[start : start + 1_000], schema=pa.schema([("id", pa.string()), ("text", pa.string())]))
-                await self.write(typed.table, lambda batch=batch, table=typed.table: table.merge_insert("id").when_matched_update_all().execute(batch))
-            if changed:
-                await self.rebuild_text_index(name)
-                log.info("full-text index of %s: %d rows with Chinese, Japanese or Korean text re-indexed", name, len(changed))
 
     @staticmethod
     def _settle_embedder(uri: str, stored: dict[str, Any] | None, embedder: TextEmbedder | None) -> tuple[int, str | None]:
@@ -297,9 +278,7 @@ class Storage:
             return (embedder.dim, embedder.name) if embedder else (DEFAULT_DIM, None)
         if embedder is None:
             if stored["name"]:
-                # the caller's choice (read-only commands open without one on purpose); a missing
-                # local embedder was already reported once by resolve_embedder
-                log.info("%s opens without an embedder: full-text search only (vectors are kept)", uri)
+                log.warning("no embedder available: %s opens in full-text-only mode (vectors are kept)", uri)
             return stored["dim"], stored["name"]
         if stored["dim"] != embedder.dim or (stored["name"] and stored["name"] != embedder.name):
             raise EmbeddingDimensionError(

@@ -29,5 +29,20 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """Entry point of the `memos` console script."""
-    app()
+    """Entry point of the `memos` console script: an error is one line (exit 2), never a traceback
+    (set MEMOS_DEBUG=1 to see it)."""
+    from ..exceptions import MemosError
+    from ._app import console
+
+    try:
+        app()
+    except (MemosError, OSError, RuntimeError) as exc:
+        if os.environ.get("MEMOS_DEBUG"):
+            raise
+        from ..storage import storage_error
+
+        error = exc if isinstance(exc, MemosError) else storage_error(exc, os.environ.get("MEMOS_DB", "the store"))
+        text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        console.print(f"[red]error:[/red] " + (text if isinstance(error, MemosError)
+                      else f"{type(exc).__name__}: {text[:300]} (MEMOS_DEBUG=1 shows the traceback)"))
+        raise SystemExit(2) from None

@@ -48,7 +48,7 @@ def guarded(fn: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except MemosError as exc:
-            fail(str(exc))
+            fail(" ".join(str(exc).split()))  # one line, whatever the message held
 
     return wrapper
 

@@ -22,7 +22,7 @@ def _open(db: Path, key_file: Path | None) -> MemoryOS:
     return open_existing(db, vault_key_file=key_file)
 
 
-KeyOption = Annotated[Path | None, typer.Option("--key-file", help="Vault key file (default ~/.config/memos/vault.key or $MEMOS_VAULT_KEY).")]
+KeyOption = Annotated[Path | None, typer.Option("--key-file", help="Vault key file (default: the store's own <store>.vault.key, or $MEMOS_VAULT_KEY).")]
 
 
 @app.command("export")
