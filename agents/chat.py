@@ -28,10 +28,12 @@ from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+from pydantic_ai.exceptions import ModelAPIError
 from pydantic_ai.usage import UsageLimits
 
 from memos._sync import with_sync_methods
 from memos.context_window import BudgetPolicy
+from memos.exceptions import ConfigError
 from memos.memory import MemoryOS
 from memos.paging import Summarizer
 from memos.scope import Scope
@@ -167,15 +169,15 @@ class ChatAgent:
         turn = await session.record_turn("user", text)
         context = await session.compile(text)
         history = history_messages(context.recent_turns[:-1])
-        result = await self._agent.run(turn.summary, message_history=history, instructions=context.system_prompt,
-                                       usage_limits=self.usage_limits)
+        result = await self._run(turn.summary, message_history=history, instructions=context.system_prompt,
+                                 usage_limits=self.usage_limits)
         requests = result.usage.requests
         for _ in range(3):  # approval round-trips for deferred tool calls
             if not isinstance(result.output, DeferredToolRequests):
                 break
             decisions = await self._decide(result.output, approve or self.approve)
-            result = await self._agent.run(message_history=result.all_messages(), instructions=context.system_prompt,
-                                           deferred_tool_results=decisions, usage_limits=self.usage_limits)
+            result = await self._run(message_history=result.all_messages(), instructions=context.system_prompt,
+                                     deferred_tool_results=decisions, usage_limits=self.usage_limits)
             requests += result.usage.requests
         reply = result.output if isinstance(result.output, str) else "(a tool call is still waiting for approval)"
         answer = await session.record_turn("assistant", _scrub_revealed(reply, result.all_messages()), actor=self.name)
@@ -189,6 +191,16 @@ class ChatAgent:
             else:
                 await self.manage()
         return reply
+
+    async def _run(self, *args: Any, **kwargs: Any) -> Any:
+        assert self._agent is not None
+        try:
+            return await self._agent.run(*args, **kwargs)
+        except ModelAPIError as exc:
+            hint = _responses_endpoint_hint(exc, self.model)
+            if hint is None:
+                raise
+            raise ConfigError(hint) from exc
 
     async def manage(self, *, retry_now: bool = False) -> ManagerReport | None:
         """Run the memory manager now for the turns it has not seen, and for failed batches whose
@@ -284,3 +296,31 @@ class ChatAgent:
         for call in requests.calls:
             results.calls[call.tool_call_id] = ToolDenied("external tool calls are not supported here")
         return results
+
+
+def _responses_endpoint_hint(exc: ModelAPIError, model: Any) -> str | None:
+    """The fix for a 404 from a server without OpenAI's Responses API, or None for any other error.
+
+    `openai:NAME` talks to `/v1/responses`; local OpenAI-compatible servers (Ollama, vLLM,
+    llama.cpp) serve only `/v1/chat/completions` and answer 404, which pydantic-ai reports as
+    an unknown model. On OpenAI's own API a 404 really is an unknown model: no hint then."""
+    import os
+
+    if getattr(exc, "status_code", None) != 404:
+        return None
+    if isinstance(model, str):
+        provider, _, name = model.partition(":")
+        if provider not in ("openai", "openai-responses") or not name:
+            return None
+        base = os.environ.get("OPENAI_BASE_URL", "")
+    elif type(model).__name__ == "OpenAIResponsesModel":
+        name = model.model_name
+        base = str(getattr(getattr(model, "client", None), "base_url", "") or "")
+    else:
+        return None
+    if not base or "api.openai.com" in base:
+        return None
+    return (f"the server at {base} answered 404 to {model if isinstance(model, str) else name!r}: that model string uses "
+            f"OpenAI's Responses API (/responses), which local servers (Ollama, vLLM, llama.cpp) do not serve; use "
+            f"'openai-chat:{name}' (chat completions at OPENAI_BASE_URL) or 'ollama:{name}' (OLLAMA_BASE_URL), "
+            f"or `--base-url` on the memos command")

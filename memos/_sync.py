@@ -9,8 +9,10 @@ from inside a running loop (Jupyter) and LanceDB's async handles always see the 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import inspect
+import logging
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -20,18 +22,55 @@ __all__ = ["run_sync", "with_sync_methods"]
 T = TypeVar("T")
 
 _loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
 _lock = threading.Lock()
+log = logging.getLogger("memos")
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+    global _loop, _thread
     with _lock:
         if _loop is None or _loop.is_closed():
             loop = asyncio.new_event_loop()
             thread = threading.Thread(target=loop.run_forever, name="memos-sync-loop", daemon=True)
             thread.start()
-            _loop = loop
+            _loop, _thread = loop, thread
         return _loop
+
+
+async def _finish_pending(timeout: float) -> int:
+    """Let the loop's unfinished tasks end (up to `timeout` s); cancel the rest; return how many."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    if not tasks:
+        return 0
+    _, late = await asyncio.wait(tasks, timeout=timeout)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+    return len(late)
+
+
+@atexit.register
+def _stop_background_loop() -> None:
+    """At interpreter exit, finish the private loop's work and stop it before its thread dies.
+
+    A task left running there (a background memory-manager run nobody flushed) may be inside
+    native code in a worker thread (torch computing an embedding) when the interpreter
+    finalizes, which aborts the process ("terminate called without an active exception",
+    exit 134). So exit waits for such tasks (at most 60 s), then cancels what is left."""
+    loop, thread = _loop, _thread
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return
+    try:
+        late = asyncio.run_coroutine_threadsafe(_finish_pending(60.0), loop).result(timeout=90)
+    except TimeoutError:
+        late = -1
+    if late:
+        log.warning("memos: background work still running at exit was cancelled "
+                    "(call `flush()` / `flush_sync()` on an agent before exiting to keep it)")
+    loop.call_soon_threadsafe(loop.stop)
+    if thread is not None:
+        thread.join(timeout=10)
 
 
 def run_sync(awaitable: Awaitable[T]) -> T:
@@ -53,11 +92,26 @@ def run_sync(awaitable: Awaitable[T]) -> T:
         raise MemoryOSError("a *_sync method (or run_sync) was called from code already running on memos' "
                             "own event loop, where it would wait for itself forever; await the async method instead")
     future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), loop)
-    return future.result()
+    result = future.result()
+    if isinstance(result, _Escaped):
+        raise result.exc
+    return result
 
 
-async def _as_coroutine(awaitable: Awaitable[T]) -> T:
-    return await awaitable
+class _Escaped:
+    """A SystemExit / KeyboardInterrupt raised inside a coroutine run by `run_sync`, carried to the caller."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def _as_coroutine(awaitable: Awaitable[T]) -> T | _Escaped:
+    # asyncio lets SystemExit escape a task and kill the loop's thread, leaving the caller waiting
+    # forever (rich raises SystemExit when stdout is a closed pipe: `memos demo | head` hung).
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        return _Escaped(exc)
 
 
 def _sync_twin(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:

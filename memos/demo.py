@@ -86,11 +86,14 @@ async def run_demo(
     budget: int = 1500,
     steps: int | None = None,
     model: Any = None,
+    manager_model: Any = "same",
     embedder: Any = "local",
     script: dict[str, Any] | None = None,
     on_step: Callable[[DemoStep], None] | None = None,
 ) -> DemoResult:
-    """Play the demo conversation into the store at `path` (see the module docstring)."""
+    """Play the demo conversation into the store at `path` (see the module docstring).
+
+    `manager_model` is the memory manager's model: by default the chat model; None runs none."""
     script = script or load_script()
     sessions = script["sessions"]
     clock = _ScriptClock(datetime.fromisoformat(sessions[0]["date"]))
@@ -103,7 +106,8 @@ async def run_demo(
     scope = Scope(user, "demo", "main")  # one long-running conversation; the sessions are days apart
     session = None if model is not None else await MemorySession.open(memory, scope, budget=budget)
     if model is not None:
-        agent = memory.agent(model, scope, budget=budget, manager_model=model, name=assistant)
+        agent = memory.agent(model, scope, budget=budget, manager_model=model if manager_model == "same" else manager_model,
+                             name=assistant)
     for number, block in enumerate(sessions, 1):
         start = datetime.fromisoformat(block["date"])
         turns = block["turns"]
@@ -134,6 +138,8 @@ async def run_demo(
         if agent is not None:
             await agent.flush()
     result.answers = await _recall(memory, Scope(user, "demo"), script.get("questions", []), agent)
+    if agent is not None:
+        await agent.flush()  # the questions are turns too: let the manager finish before counting
     result.counts = await memory.counts(Scope(user, "demo"))
     return result
 

@@ -463,14 +463,16 @@ class MemoryOS:
 
     # --- maintenance ---------------------------------------------------------------------
 
-    async def reindex(self, embedder: Any = "local") -> int:
-        """Re-embed every record with `embedder` (e.g. after changing embedders); returns rows done."""
+    async def reindex(self, embedder: Any = "local", *, progress: Callable[[int, int], None] | None = None) -> int:
+        """Re-embed every record with `embedder` (e.g. after changing embedders); returns rows done.
+
+        `progress(done, total)` is called as records are embedded."""
         new = await resolve_embedder(embedder)
         if new is None:
             raise ConfigError("reindex needs an embedder")
         from .reindex import rebuild_tables
 
-        done = await rebuild_tables(self.storage, new)
+        done = await rebuild_tables(self.storage, new, progress)
         self.embedder = new
         return done
 

@@ -18,7 +18,7 @@ nothing of the user remains on disk.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .crypto import VaultCipher
@@ -48,8 +48,10 @@ async def export_scope(memory: MemoryOS, scope: Scope) -> Iterator[str]:
 
 
 async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str | None = None,
-                       source_key: bytes | None = None) -> dict[str, int]:
-    """Load an export; `user_id` re-homes it to another user. Returns counts per kind."""
+                       source_key: bytes | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+    """Load an export; `user_id` re-homes it to another user. Returns counts per kind.
+
+    `progress(done, total)` is called as records are embedded and written (batches of 256)."""
     source = VaultCipher.from_key(source_key) if source_key else None
     header: dict[str, Any] | None = None
     by_type: dict[str, list[Any]] = {}
@@ -88,13 +90,18 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
     counts = {"records": 0, "history": 0, "reassigned": 0}
     renamed = await _foreign_ids(memory, by_type)
     counts["reassigned"] = len(renamed)
+    total = sum(len(pairs) for pairs in by_type.values())
     for name, pairs in by_type.items():
         records = [_rekey(memory, _renamed(record, renamed), original, source) for record, original in pairs]
         table = memory.storage.type_table(name)
-        vectors = await memory.embed_documents([r.index_text() for r in records])
-        await memory.storage.upsert_rows(name, [table.to_row(r.model_copy(update={"text": r.search_text()}), v)
-                                                for r, v in zip(records, vectors, strict=True)])
-        counts["records"] += len(records)
+        for start in range(0, len(records), 256):
+            batch = records[start:start + 256]
+            vectors = await memory.embed_documents([r.index_text() for r in batch])
+            await memory.storage.upsert_rows(name, [table.to_row(r.model_copy(update={"text": r.search_text()}), v)
+                                                    for r, v in zip(batch, vectors, strict=True)])
+            counts["records"] += len(batch)
+            if progress:
+                progress(counts["records"], total)
     if history:
         taken = await _taken_history_ids(memory, [str(r.get("id", "")) for r in history])
         for row in history:

@@ -8,6 +8,7 @@ crash mid-way leaves the store as it was.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from lancedb.index import FTS
 
@@ -18,8 +19,12 @@ from .storage import Storage, TypeTable, retry_conflicts
 __all__ = ["rebuild_tables"]
 
 
-async def rebuild_tables(storage: Storage, embedder: TextEmbedder) -> int:
-    """Rebuild each type's table with `embedder`'s vectors; returns the number of rows re-embedded."""
+async def rebuild_tables(storage: Storage, embedder: TextEmbedder,
+                         progress: Callable[[int, int], None] | None = None) -> int:
+    """Rebuild each type's table with `embedder`'s vectors; returns the number of rows re-embedded.
+
+    `progress(done, total)` is called as rows are embedded (batches of 256)."""
+    total = sum([await t.table.count_rows() for t in storage.tables.values()]) if progress else 0
     meta = await storage.get_meta()
     physical: dict[str, str] = json.loads(meta.get("tables", "{}"))
     generation = int(meta.get("generation", "0")) + 1
@@ -30,7 +35,11 @@ async def rebuild_tables(storage: Storage, embedder: TextEmbedder) -> int:
         records = [old.to_record(r) for r in rows]
         for record in records:
             record.text = record.search_text()
-        vectors = await embedder.embed_documents([r.index_text() for r in records]) if records else []
+        vectors: list[list[float]] = []
+        for start in range(0, len(records), 256):
+            vectors += await embedder.embed_documents([r.index_text() for r in records[start:start + 256]])
+            if progress:
+                progress(done + len(vectors), total)
         new_name = f"{name}_g{generation}"
         table = await storage.conn.create_table(new_name, schema=arrow_schema(old.record_type, embedder.dim), mode="overwrite")
         if records:

@@ -25,7 +25,9 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable
 
 def fail(message: str, code: int = 2) -> None:
     """Print a clear error and exit."""
-    console.print(f"[red]error:[/red] {message}")
+    from rich.markup import escape
+
+    console.print(f"[red]error:[/red] {escape(message)}")  # a message is text: `[mcp]` is not markup
     raise typer.Exit(code)
 
 
@@ -49,8 +51,22 @@ def guarded(fn: Any) -> Any:
             return fn(*args, **kwargs)
         except MemosError as exc:
             fail(" ".join(str(exc).split()))  # one line, whatever the message held
+        except Exception as exc:
+            message = _model_setup_error(exc)
+            if message is None:
+                raise
+            fail(message)
 
     return wrapper
+
+
+def _model_setup_error(exc: Exception) -> str | None:
+    """One line for a model that cannot be used as configured (a missing API key, a provider extra
+    not installed, a server that refuses the request), instead of a long traceback."""
+    errors = sys.modules.get("pydantic_ai.exceptions")
+    if errors is None or not isinstance(exc, (errors.UserError, errors.ModelAPIError)):
+        return None
+    return f"{type(exc).__name__}: {exc}"
 
 
 def embedder_choice(value: str) -> str | None:

@@ -12,12 +12,16 @@ from rich.table import Table
 
 from .._sync import run_sync
 from ..scope import Scope
-from ._app import DbOption, JsonOption, UserOption, app, emit_json, guarded
+from ._app import DbOption, JsonOption, UserOption, app, emit_json, fail, guarded
 
 if TYPE_CHECKING:
     from ..demo import DemoStep
 
 out = Console()
+BaseUrlOption = Annotated[str | None, typer.Option(
+    "--base-url", envvar="MEMOS_BASE_URL",
+    help="An OpenAI-compatible server's URL (e.g. http://localhost:11434/v1 for Ollama): the model is called "
+         "through its chat-completions API.")]
 
 
 def _bar(used: int, total: int, width: int = 24) -> str:
@@ -43,6 +47,7 @@ def demo(
     steps: Annotated[int | None, typer.Option(min=1, help="Stop after this many user turns.")] = None,
     model: Annotated[str | None, typer.Option(help="A pydantic-ai model (e.g. openai:gpt-4o-mini); default raw mode.")] = None,
     script: Annotated[Path | None, typer.Option(help="Another conversation script (JSON like examples/demo_conversation.json).")] = None,
+    base_url: BaseUrlOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Play a three-session conversation through the memory OS, offline, and answer recall questions."""
@@ -53,7 +58,9 @@ def demo(
     if not json_out:
         mode = f"model {model}" if model else "raw mode (no model, no API key)"
         out.print(f"[bold]memos demo[/bold] — {data['title']}: {mode}; budget {budget} tokens; store {store}")
-    result = run_sync(run_demo(store, budget=budget, steps=steps, model=model, script=data,
+    chosen = _model(model, base_url) if model else None
+    result = run_sync(run_demo(store, budget=budget, steps=steps, model=chosen, script=data,
+                               manager_model=None if model == "test" else "same",
                                on_step=None if json_out else _print_step))
     if json_out:
         emit_json({"steps": [s.__dict__ for s in result.steps], "answers": [a.__dict__ for a in result.answers],
@@ -82,11 +89,12 @@ def chat(
     session: Annotated[str, typer.Option(help="Session id (a new id starts a fresh working context).")] = "default",
     budget: Annotated[int, typer.Option(min=256, help="Token budget of the working context.")] = 4000,
     message: Annotated[list[str] | None, typer.Option("--message", "-m", help="Send these messages and exit (no REPL).")] = None,
+    base_url: BaseUrlOption = None,
 ) -> None:
-    """Chat with a memory-backed agent (type /exit to leave, /context to see the last prompt's budget)."""
+    """Chat with a memory-backed agent (/help lists the commands; /exit leaves)."""
     from ..memory import MemoryOS
 
-    chosen = _model(model)
+    chosen = _model(model, base_url)
     memory = MemoryOS.open_sync(db, model=model if model != "test" else None)
     bot = memory.agent(chosen, Scope(user, agent, session), budget=budget, manager_model=None if model == "test" else chosen,
                        approve=lambda call: typer.confirm(f"Reveal vault item {call.args}?", default=False))
@@ -96,10 +104,16 @@ def chat(
             text = next(inputs) if inputs is not None else typer.prompt("you", prompt_suffix="> ")
         except (StopIteration, EOFError, KeyboardInterrupt, typer.Abort):
             break
-        if text.strip() in ("/exit", "/quit"):
+        command = text.strip().split(maxsplit=1)[0] if text.strip().startswith("/") else None
+        if command in ("/exit", "/quit"):
             break
-        if text.strip() == "/context" and bot.last:
-            out.print(bot.last.context.sections)
+        if command == "/context":
+            out.print(bot.last.context.sections if bot.last else "no turn yet: the context is compiled when you send a message")
+            continue
+        if command is not None:  # never sent to the model
+            if command != "/help":
+                out.print(f"unknown command {command}")
+            out.print(CHAT_HELP)
             continue
         reply = bot.chat_sync(text)
         ctx = bot.last.context if bot.last else None
@@ -109,9 +123,25 @@ def chat(
     bot.flush_sync()
 
 
-def _model(name: str):  # type: ignore[no-untyped-def]
+CHAT_HELP = ("commands: /context  tokens per section of the last prompt · /help  this list · /exit  leave "
+             "(anything else is sent to the agent)")
+
+
+def _model(name: str, base_url: str | None = None):  # type: ignore[no-untyped-def]
+    """A model string as pydantic-ai takes it; 'test' is an offline TestModel; with `base_url`, the
+    chat-completions API of an OpenAI-compatible server (Ollama, vLLM, llama.cpp) serving `name`."""
     if name == "test":
         from pydantic_ai.models.test import TestModel
 
         return TestModel(call_tools=[], custom_output_text="(test model) noted.")
+    if base_url:
+        try:
+            from pydantic_ai.models.openai import OpenAIChatModel
+            from pydantic_ai.providers.openai import OpenAIProvider
+        except ImportError:
+            fail("--base-url needs the OpenAI client: pip install 'memos-memory[openai]'")
+        import os
+
+        served = name.split(":", 1)[1] if name.startswith(("openai-chat:", "openai:", "ollama:")) else name
+        return OpenAIChatModel(served, provider=OpenAIProvider(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY") or "local"))
     return name

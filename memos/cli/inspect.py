@@ -108,26 +108,41 @@ def record(record_id: Annotated[str, typer.Argument(help="The record id.")], db:
         out.print(f"  {e.at:%Y-%m-%d %H:%M:%S}  {e.op:<10} by {e.actor}{'  ' + e.note if e.note else ''}")
 
 
+async def _probe(sess: MemorySession, message: str):  # type: ignore[no-untyped-def]
+    """Compile as if `message` had just arrived, storing nothing: the probe turn lives only in this process."""
+    from memos.memtypes import Episode
+
+    async def keep(*_: object) -> None:
+        return None
+
+    # a throwaway session: it was just loaded (no refresh needed) and what it does is not saved
+    # (an eviction the probe causes must not fold turns into the stored summary)
+    sess._refresh_context = keep  # type: ignore[method-assign]
+    sess._save_state = keep  # type: ignore[method-assign]
+    probe = Episode(user_id=sess.scope.user_id, agent_id=sess.scope.agent_id, session_id=sess.scope.session_id,
+                    actor=sess.scope.user_id, event_type="message", summary=message)
+    sess.context.append(probe)
+    return await sess.compile(message)
+
+
 @inspect_app.command("context")
 @guarded
 def context(
     db: DbOption = Path("memos-data"),
     user: UserOption = "default",
-    agent: AgentOpt = None,
+    agent: Annotated[str, typer.Option(help="Agent id of the scope (as `memos chat`).")] = "assistant",
     session: Annotated[str, typer.Option(help="Session id.")] = "default",
-    message: Annotated[str | None, typer.Option(help="Compile as if this message had just arrived.")] = None,
+    message: Annotated[str | None, typer.Option(help="Compile as if this message had just arrived (nothing is stored).")] = None,
     budget: Annotated[int, typer.Option(min=256)] = 4000,
     embedder: EmbedderOpt = "local",
     as_json: JsonOption = False,
 ) -> None:
     """The compiled context of a scope, with a token bar per section."""
     memory = _open(db, embedder)
-    sess: MemorySession = memory.session_sync(Scope(user, agent or "", session), budget=budget)
-    if message:
-        run_sync(sess.record_turn("user", message))
-    if not sess.context:
-        fail("this session has no turns yet; pass --message to compile for one")
-    ctx = run_sync(sess.compile(message))
+    sess: MemorySession = memory.session_sync(Scope(user, agent, session), budget=budget)
+    if not sess.context and not message:
+        fail(f"session {session!r} of user {user!r} and agent {agent!r} has no turns yet; pass --message to compile for one")
+    ctx = run_sync(_probe(sess, message) if message else sess.compile())
     if as_json:
         emit_json({"sections": ctx.sections, "total": ctx.total_tokens, "budget": ctx.budget, "system_prompt": ctx.system_prompt,
                    "turns": [t.render() for t in ctx.recent_turns]})

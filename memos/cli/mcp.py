@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ._app import DbOption, UserOption, app, embedder_choice, guarded
+from ._app import DbOption, UserOption, app, embedder_choice, fail, guarded
 
 
 @app.command()
@@ -20,6 +20,10 @@ def mcp(
     embedder: Annotated[str, typer.Option(help="'local', 'none' (full-text only) or a pydantic-ai embedding model.")] = "local",
 ) -> None:
     """Serve one user's memory to MCP clients over stdio (search, add, core blocks, conversation search)."""
+    try:
+        import mcp.server.mcpserver  # noqa: F401
+    except ModuleNotFoundError:
+        fail("`memos mcp` needs the MCP SDK: pip install 'memos-memory[mcp]' (from a clone: pip install -e '.[mcp]')")
     from ..mcp_server import serve
 
     asyncio.run(serve(db, user, agent, embedder=embedder_choice(embedder)))

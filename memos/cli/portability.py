@@ -64,9 +64,14 @@ def import_cmd(
 
     if not file.exists():
         fail(f"{file} does not exist")
+    from rich.progress import Progress
+
     memory = MemoryOS.open_sync(db, vault_key_file=key_file)
     source = decode_key(source_key_file.read_text(), str(source_key_file)) if source_key_file else None
-    counts = run_sync(import_lines(memory, file.read_text(encoding="utf-8").splitlines(), user_id=user, source_key=source))
+    with Progress(console=console, disable=json_out) as progress:
+        task = progress.add_task(f"importing {file.name}", total=None)
+        counts = run_sync(import_lines(memory, file.read_text(encoding="utf-8").splitlines(), user_id=user, source_key=source,
+                                       progress=lambda n, total: progress.update(task, completed=n, total=total)))
     emit_json(counts) if json_out else console.print(f"imported {counts['records']} records and {counts['history']} history rows")
 
 
@@ -82,6 +87,10 @@ def forget(
     from ..portability import forget_user
 
     memory = _open(db, None)
+    if not any(memory.counts_sync(Scope(user), status=None).values()) and not memory.history_sync(Scope(user), limit=1):
+        known = sorted({r["user_id"] for name in memory.type_names
+                        for r in run_sync(memory.storage.rows(name, None, columns=["user_id"]))})
+        fail(f"no memories of user {user!r} in {db}; nothing deleted (users here: {', '.join(map(repr, known)) or 'none'})", code=1)
     if not yes and not typer.confirm(f"Delete all memories of user {user!r} in {db}? This cannot be undone."):
         fail("cancelled", code=1)
     removed = run_sync(forget_user(memory, user))

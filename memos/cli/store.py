@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,7 @@ from rich.progress import Progress
 
 from .._sync import run_sync
 from ..scope import Scope
-from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded
+from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, open_existing
 
 
 def _read_messages(path: Path) -> list[dict]:
@@ -57,6 +58,15 @@ def _ingest_document(path: Path, db: Path, scope: Scope) -> None:
     if not chunks:
         fail(f"{path} is empty")
     mem = MemoryOS.open_sync(db)
+    uri = chunks[0].uri
+    stored = [r for r in mem.list_sync(scope, "resource", limit=None) if r.uri == uri]
+    if [r.content for r in sorted(stored, key=lambda r: r.chunk_index)] == [c.content for c in chunks]:
+        console.print(f"{path.name} is already stored unchanged in {db} for scope {scope} ({len(chunks)} chunks); nothing to do")
+        return
+    for old in stored:  # the document changed: its new chunks replace the old ones
+        mem.delete_sync(scope, "resource", old.id, actor="ingest")
+    if stored:
+        console.print(f"replacing the {len(stored)} chunks stored earlier from {path.name}")
     with Progress(console=console) as progress:
         task = progress.add_task(f"ingesting {path.name}", total=len(chunks))
         for start in range(0, len(chunks), 64):
@@ -113,13 +123,14 @@ def search(
     types: Annotated[list[str] | None, typer.Option("--type", "-t", help="Limit to these stores.")] = None,
     k: Annotated[int, typer.Option("-k", min=1, max=1000)] = 10,
     budget: Annotated[int | None, typer.Option(help="Pack hits into this many tokens.")] = None,
+    since: Annotated[datetime | None, typer.Option(help="Only memories from this time on (e.g. 2024-05-01).")] = None,
+    until: Annotated[datetime | None, typer.Option(help="Only memories up to this time (past facts included).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Hybrid search over a scope's memories."""
-    from ..memory import MemoryOS
-
-    mem = MemoryOS.open_sync(db)
-    hits = mem.search_sync(query, Scope(user, agent, session), types=types, k=k, budget_tokens=budget)
+    mem = open_existing(db)
+    hits = mem.search_sync(query, Scope(user, agent, session), types=types, k=k, budget_tokens=budget,
+                           since=_aware(since), until=_aware(until))
     if as_json:
         emit_json([{"store": h.memory_type, "id": h.id, "score": h.score, "text": h.text or h.record.render(),
                     "source_ids": h.source_ids, "parts": h.parts} for h in hits])
@@ -131,12 +142,61 @@ def search(
 @app.command()
 @guarded
 def reindex(
-    db: Annotated[Path, typer.Argument(help="The memos store to re-embed.")],
+    store: Annotated[Path | None, typer.Argument(help="Deprecated: use --db.", show_default=False)] = None,
+    db: DbOption = Path("memos-data"),
     embedder: Annotated[str, typer.Option(help="'local', a pydantic-ai embedding model string, or 'test' (pydantic-ai's TestEmbeddingModel, for tests).")] = "local",
 ) -> None:
     """Re-embed every record (after changing embedders, or to add vectors to a full-text-only store)."""
-    from ..memory import MemoryOS
-
-    mem = MemoryOS.open_sync(db, embedder=None)
-    done = run_sync(mem.reindex(embedder))
+    if store is not None:
+        console.print(f"[yellow]note:[/yellow] `memos reindex {store}` is deprecated; use `memos reindex --db {store}`")
+        db = store
+    mem = open_existing(db, embedder=None)
+    with Progress(console=console) as progress:
+        task = progress.add_task("re-embedding", total=None)
+        done = run_sync(mem.reindex(embedder, progress=lambda n, total: progress.update(task, completed=n, total=total)))
     console.print(f"re-embedded {done} records in {db} with {mem.embedder.name}")
+
+
+ADDABLE = {"semantic": "a fact (--subject names who or what it is about)", "episodic": "an event",
+           "procedural": "a how-to", "resource": "a note or document (--title)"}
+
+
+@app.command()
+@guarded
+def add(
+    text: Annotated[str, typer.Argument(help="What to remember.")],
+    db: DbOption = Path("memos-data"),
+    user: UserOption = "default",
+    agent: Annotated[str | None, typer.Option(help="Agent id of the scope.")] = None,
+    store: Annotated[str, typer.Option("--type", "-t", help="semantic (default), episodic, procedural or resource.")] = "semantic",
+    subject: Annotated[str | None, typer.Option(help="Who or what a fact is about (semantic; default: the user).")] = None,
+    title: Annotated[str | None, typer.Option(help="Title of a resource (default: the text's start).")] = None,
+    importance: Annotated[float, typer.Option(min=0.0, max=1.0, help="0-1: how much it matters.")] = 0.5,
+    tags: Annotated[list[str] | None, typer.Option("--tag", help="Tags (repeatable).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Remember one thing now: a fact, an event, a how-to or a note (raw mode: no model)."""
+    from memos.memtypes import Episode, Fact, Procedure, Resource
+
+    common = {"importance": importance, "tags": tags or []}
+    if store == "semantic":
+        record = Fact(subject=subject or user, summary=text, **common)
+    elif store == "episodic":
+        record = Episode(summary=text, actor=user, event_type="observation", **common)
+    elif store == "procedural":
+        record = Procedure(summary=text, **common)
+    elif store == "resource":
+        record = Resource(title=title or text[:60], content=text, summary=text[:200], resource_type="other", **common)
+    else:
+        fail(f"memos add stores into {', '.join(ADDABLE)}; not {store!r}")
+    mem = MemoryOS.open_sync(db)
+    [stored] = mem.add_sync(Scope(user, agent), record, actor="cli")
+    if as_json:
+        emit_json({"store": stored.memory_type, "id": stored.id, "text": stored.render()})
+        return
+    console.print(f"stored {stored.memory_type} {stored.id} in {db} for user {user!r}: {stored.render()}")
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    """A time typed on the command line without a zone is taken as UTC."""
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
