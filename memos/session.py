@@ -15,6 +15,7 @@ that reopens the memory resumes the conversation where it was.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -233,6 +234,24 @@ class MemorySession:
             if state.get("last_at"):
                 return state["last_at"]
         return None
+
+    async def preview(self, message: str) -> CompiledContext:
+        """The context `compile` would build if `message` arrived now, storing nothing.
+
+        The message becomes an unsaved turn of a throwaway copy of this session: no turn is
+        recorded and an eviction it causes is not saved (`memos inspect context --message`)."""
+
+        async def keep(*_: object) -> None:
+            return None
+
+        await self._refresh_context()
+        probe = copy.copy(self)
+        probe.context = [*self.context, Episode(
+            user_id=self.scope.user_id, agent_id=self.scope.agent_id, session_id=self.scope.session_id,
+            actor=self.scope.user_id, event_type="message", summary=message, tags=[f"{_ROLE_TAG}user", "turn"])]
+        probe._refresh_context = keep  # type: ignore[method-assign]
+        probe._save_state = keep  # type: ignore[method-assign]
+        return await probe.compile(message)
 
     @property
     def _state_key(self) -> str:

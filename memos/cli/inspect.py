@@ -108,23 +108,6 @@ def record(record_id: Annotated[str, typer.Argument(help="The record id.")], db:
         out.print(f"  {e.at:%Y-%m-%d %H:%M:%S}  {e.op:<10} by {e.actor}{'  ' + e.note if e.note else ''}")
 
 
-async def _probe(sess: MemorySession, message: str):  # type: ignore[no-untyped-def]
-    """Compile as if `message` had just arrived, storing nothing: the probe turn lives only in this process."""
-    from memos.memtypes import Episode
-
-    async def keep(*_: object) -> None:
-        return None
-
-    # a throwaway session: it was just loaded (no refresh needed) and what it does is not saved
-    # (an eviction the probe causes must not fold turns into the stored summary)
-    sess._refresh_context = keep  # type: ignore[method-assign]
-    sess._save_state = keep  # type: ignore[method-assign]
-    probe = Episode(user_id=sess.scope.user_id, agent_id=sess.scope.agent_id, session_id=sess.scope.session_id,
-                    actor=sess.scope.user_id, event_type="message", summary=message)
-    sess.context.append(probe)
-    return await sess.compile(message)
-
-
 @inspect_app.command("context")
 @guarded
 def context(
@@ -142,7 +125,7 @@ def context(
     sess: MemorySession = memory.session_sync(Scope(user, agent, session), budget=budget)
     if not sess.context and not message:
         fail(f"session {session!r} of user {user!r} and agent {agent!r} has no turns yet; pass --message to compile for one")
-    ctx = run_sync(_probe(sess, message) if message else sess.compile())
+    ctx = run_sync(sess.preview(message) if message else sess.compile())
     if as_json:
         emit_json({"sections": ctx.sections, "total": ctx.total_tokens, "budget": ctx.budget, "system_prompt": ctx.system_prompt,
                    "turns": [t.render() for t in ctx.recent_turns]})
