@@ -242,3 +242,27 @@ def test_demo_with_a_local_model_exits_cleanly():
                              capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "terminate called" not in run.stderr and "Recall from memory" in run.stdout
+
+
+# -- benchmarks a newcomer can reproduce ------------------------------------------------------
+
+def _locomo_sample(sample_id: str, text: str, question: str) -> dict:
+    turns = [{"speaker": "Ana", "dia_id": "D1:1", "text": text}, {"speaker": "Ben", "dia_id": "D1:2", "text": "Nice!"}]
+    return {"sample_id": sample_id, "conversation": {"speaker_a": "Ana", "speaker_b": "Ben", "session_1": turns,
+                                                     "session_1_date_time": "1:56 pm on 8 May, 2023"},
+            "qa": [{"question": question, "answer": "x", "evidence": ["D1:1"], "category": 4}]}
+
+
+def test_bench_retrieval_says_where_locomo_comes_from_and_takes_samples(local, tmp_path):
+    out = runner.invoke(app, ["bench", "retrieval", str(tmp_path / "locomo10.json")])
+    assert out.exit_code == 2 and "github.com/snap-research/locomo" in flat(out.output) and "not shipped" in out.output
+    assert "snap-research/locomo" in flat(runner.invoke(app, ["bench", "retrieval", "--help"]).output)
+    data = tmp_path / "mini.json"
+    data.write_text(json.dumps([_locomo_sample("conv-a", "I adopted a greyhound called Comet", "What dog did Ana adopt?"),
+                                _locomo_sample("conv-b", "I sold my old piano", "What did Ana sell?")]))
+    report = runner.invoke(app, ["bench", "retrieval", str(data), "--sample", "conv-b", "--json", str(tmp_path / "r.json")])
+    assert report.exit_code == 0, report.output
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["conversations"] == 1 and result["questions"] == 1 and result["turns"] == 2
+    wrong = runner.invoke(app, ["bench", "retrieval", str(data), "--sample", "conv-z"])
+    assert wrong.exit_code == 2 and "no conversation conv-z" in flat(wrong.output) and "conv-a, conv-b" in wrong.output

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..exceptions import ConfigError
 from ..memory import MemoryOS
 from ..packing import render_hits
 from ..scope import Scope
@@ -37,11 +38,17 @@ async def run_retrieval_bench(
     db_path: str | Path | None = None,
     embedder: Any = "local",
     max_questions: int | None = None,
+    samples: list[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     open_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run the benchmark and return its JSON-ready report."""
+    """Run the benchmark and return its JSON-ready report (`samples`: only these conversations)."""
     conversations = load_locomo(dataset_path)
+    if samples:
+        known = {c.sample_id for c in conversations}
+        if missing := sorted(set(samples) - known):
+            raise ConfigError(f"no conversation {', '.join(missing)} in {dataset_path}; it has {', '.join(sorted(known))}")
+        conversations = [c for c in conversations if c.sample_id in samples]
     with tempfile.TemporaryDirectory(prefix="memos-bench-") as tmp:
         mem = await MemoryOS.open(db_path or Path(tmp) / "db", embedder=embedder, model="gpt-4o", **(open_kwargs or {}))
         return await _run(mem, conversations, max_questions, progress)

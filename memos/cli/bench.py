@@ -9,31 +9,42 @@ import typer
 from rich.progress import Progress
 
 from .._sync import run_sync
-from ._app import app, console, emit_json, fail
+from ._app import app, console, emit_json, fail, guarded
 
 bench_app = typer.Typer(help="Benchmarks (results as JSON).", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
 
+LOCOMO_SOURCE = ("LOCOMO (Maharana et al., ACL 2024; CC BY-NC 4.0, not shipped with memos): download data/locomo10.zip "
+                 "from https://github.com/snap-research/locomo and unzip it")
+
+
 @bench_app.command("retrieval")
+@guarded
 def retrieval(
-    file: Annotated[Path, typer.Argument(help="The dataset file, e.g. ../shared/bench/locomo-dev.json.")],
+    file: Annotated[Path, typer.Argument(help="The LOCOMO file (locomo10.json from github.com/snap-research/locomo).")],
     dataset: Annotated[str, typer.Option(help="Dataset format.")] = "locomo",
+    samples: Annotated[list[str] | None, typer.Option("--sample", help="Only these conversations (sample_id, repeatable); "
+                                                      "the README's figures: conv-26 conv-30 conv-41 conv-42.")] = None,
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
     max_questions: Annotated[int | None, typer.Option(help="Stop after this many questions (quick runs).")] = None,
     embedder: Annotated[str, typer.Option(help="'local' (default), 'none' (full-text only) or an embedder name.")] = "local",
 ) -> None:
-    """Evidence recall at token budgets 500/1000/2000/4000 through MemoryOS.search."""
+    """Evidence recall at token budgets 500/1000/2000/4000 through MemoryOS.search.
+
+    The data: LOCOMO (Maharana et al., ACL 2024; CC BY-NC 4.0, not shipped with memos). Download
+    data/locomo10.zip from https://github.com/snap-research/locomo, unzip it and pass locomo10.json."""
     from ..bench.retrieval import run_retrieval_bench
 
     if dataset != "locomo":
         fail(f"unknown dataset format {dataset!r}; supported: locomo")
     if not file.exists():
-        fail(f"{file} does not exist")
+        fail(f"{file} does not exist; the benchmark reads {LOCOMO_SOURCE}")
     with Progress(console=console) as progress:
         task = progress.add_task("questions", total=None)
         report = run_sync(run_retrieval_bench(
-            file, max_questions=max_questions, embedder=None if embedder == "none" else embedder, progress=lambda n, total: progress.update(task, completed=n, total=total)
+            file, max_questions=max_questions, samples=samples, embedder=None if embedder == "none" else embedder,
+            progress=lambda n, total: progress.update(task, completed=n, total=total)
         ))
     emit_json(report, json_out)
 
