@@ -128,7 +128,7 @@ def search(
     as_json: JsonOption = False,
 ) -> None:
     """Hybrid search over a scope's memories."""
-    mem = open_existing(db)
+    mem = open_existing(db, embedder="local")
     hits = mem.search_sync(query, Scope(user, agent, session), types=types, k=k, budget_tokens=budget,
                            since=_aware(since), until=_aware(until))
     if as_json:
