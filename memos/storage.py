@@ -32,6 +32,7 @@ from memos.memtypes import MemoryRecord, new_id
 
 from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, RecordChangedError, StoreFullError, StoreUnavailableError
+from .fulltext import FORM, MARK, has_cjk, index_form, plain_text
 from .lease import StoreLease
 from .scope import sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, row_from_record
@@ -118,10 +119,14 @@ class TypeTable:
         return [name for name in self.record_type.model_fields if name != VECTOR_COLUMN]
 
     def to_record(self, row: dict[str, Any]) -> MemoryRecord:
-        return record_from_row(self.record_type, row, self.json_cols)
+        record = record_from_row(self.record_type, row, self.json_cols)
+        record.text = plain_text(record.text)
+        return record
 
     def to_row(self, record: MemoryRecord, vector: list[float] | None) -> dict[str, Any]:
-        return row_from_record(record, vector, self.json_cols)
+        row = row_from_record(record, vector, self.json_cols)
+        row["text"] = index_form(row["text"] or "", record.index_text())  # Chinese words findable (memos.fulltext)
+        return row
 
 
 def is_conflict(exc: BaseException) -> bool:
@@ -270,7 +275,25 @@ class Storage:
         physical = json.loads(values.get("tables", "{}"))
         for record_type in record_types:
             await storage._open_type(record_type, physical.get(record_type.memory_type, record_type.memory_type))
+        if values.get("fulltext") != FORM:
+            await storage._migrate_fulltext()
+            await _write_meta(meta, "fulltext", FORM)
         return storage
+
+    async def _migrate_fulltext(self) -> None:
+        """Bring a store written before Chinese was indexed as bigrams (`memos.fulltext`) up to
+        date, once: rows whose text holds CJK get the index tokens (only the `text` column is
+        rewritten) and the table's full-text index is rebuilt. English rows are left alone."""
+        for name, typed in self.tables.items():
+            rows = await self.rows(name, None, columns=["id", "text"])
+            changed = [{"id": r["id"], "text": index_form(r["text"])} for r in rows
+                       if r["text"] and MARK not in r["text"] and has_cjk(r["text"])]
+            for start in range(0, len(changed), 1_000):
+                batch = pa.Table.from_pylist(changed[start : start + 1_000], schema=pa.schema([("id", pa.string()), ("text", pa.string())]))
+                await self.write(typed.table, lambda batch=batch, table=typed.table: table.merge_insert("id").when_matched_update_all().execute(batch))
+            if changed:
+                await self.rebuild_text_index(name)
+                log.info("full-text index of %s: %d rows with Chinese, Japanese or Korean text re-indexed", name, len(changed))
 
     @staticmethod
     def _settle_embedder(uri: str, stored: dict[str, Any] | None, embedder: TextEmbedder | None) -> tuple[int, str | None]:
@@ -278,7 +301,9 @@ class Storage:
             return (embedder.dim, embedder.name) if embedder else (DEFAULT_DIM, None)
         if embedder is None:
             if stored["name"]:
-                log.warning("no embedder available: %s opens in full-text-only mode (vectors are kept)", uri)
+                # the caller's choice (read-only commands open without one on purpose); a missing
+                # local embedder was already reported once by resolve_embedder
+                log.info("%s opens without an embedder: full-text search only (vectors are kept)", uri)
             return stored["dim"], stored["name"]
         if stored["dim"] != embedder.dim or (stored["name"] and stored["name"] != embedder.name):
             raise EmbeddingDimensionError(
