@@ -189,6 +189,8 @@ def add(
         record = Resource(title=title or text[:60], content=text, summary=text[:200], resource_type="other", **common)
     else:
         fail(f"memos add stores into {', '.join(ADDABLE)}; not {store!r}")
+    from ..memory import MemoryOS
+
     mem = MemoryOS.open_sync(db)
     [stored] = mem.add_sync(Scope(user, agent), record, actor="cli")
     if as_json:
