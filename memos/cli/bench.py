@@ -49,6 +49,15 @@ def retrieval(
     emit_json(report, json_out)
 
 
+BENCH_EMBEDDERS = ("local", "hashed")
+"""What can build a benchmark store (`memos.bench.scale.bench_embedder`)."""
+
+
+def _check_bench_embedder(embedder: str) -> None:
+    if embedder not in BENCH_EMBEDDERS:
+        fail(f"unknown --embedder {embedder!r}; use {' or '.join(repr(e) for e in BENCH_EMBEDDERS)}")
+
+
 @bench_app.command("scale")
 def scale(
     records: Annotated[int, typer.Option(min=100, help="How many records to insert.")] = 100_000,
@@ -60,8 +69,7 @@ def scale(
     """Insert N records over the six stores, index, and time searches (query embedding excluded)."""
     from ..bench.scale import run_scale_bench
 
-    if embedder not in ("local", "hashed"):
-        fail(f"unknown --embedder {embedder!r}; use 'local' or 'hashed'")
+    _check_bench_embedder(embedder)
     with Progress(console=console) as progress:
         task = progress.add_task("inserting", total=records)
         report = run_sync(run_scale_bench(records, path=path, queries=queries, embedder=embedder,
@@ -80,8 +88,7 @@ def turn(
     """One chat turn's overhead besides the model call: record, retrieve, compile, record the reply (ms)."""
     from ..bench.turn import run_turn_bench
 
-    if embedder not in ("local", "hashed"):
-        fail(f"unknown --embedder {embedder!r}; use 'local' or 'hashed'")
+    _check_bench_embedder(embedder)
     with Progress(console=console) as progress:
         task = progress.add_task("building, then talking", total=None)
         report = run_sync(run_turn_bench(records, path=path, turns=turns, embedder=embedder,
