@@ -1,8 +1,11 @@
 """The context window: how one step's prompt is budgeted, planned and rendered.
 
 The prompt of a step has six sections. `plan_context` (pure, no I/O) decides how many tokens
-each gets, given their sizes and a `BudgetPolicy`; the session carries the plan out and
-`render_system_prompt` turns it into text with `prompts/context.j2`.
+each gets, given their sizes and a `BudgetPolicy`; `plan_step` (pure too) decides a step's
+whole context from counted inputs -- which turns leave and go into the summary, how much of the
+summary stays, which memories page in, whether the metadata and the pressure notice show. The
+session reads once, carries the plan out and `render_system_prompt` turns it into text with
+`prompts/context.j2`, once.
 
 Drop priority, when the budget cannot hold everything (first dropped first):
 
@@ -17,6 +20,7 @@ not fit, planning raises `BudgetError` (raise the budget or shorten the core blo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,7 +30,7 @@ from memos import prompts
 from memos.memtypes import CoreBlock
 
 from .exceptions import BudgetError, ConfigError
-from .packing import render_hits
+from .packing import MemorySize, choose, render_hits
 from .ranking import Hit
 
 __all__ = [
@@ -34,7 +38,10 @@ __all__ = [
     "ContextPlan",
     "DROP_ORDER",
     "SectionSizes",
+    "StepInputs",
+    "StepPlan",
     "plan_context",
+    "plan_step",
     "render_system_prompt",
 ]
 
@@ -166,6 +173,71 @@ def _evictions(turns: Sequence[int], cap: int, policy: BudgetPolicy) -> int:
         total -= turns[evict]
         evict += 1
     return evict
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """Everything one step's context depends on, counted in tokens (`plan_step`'s input).
+
+    Each optional section's size includes its wrapper text in the template (`frame` for the
+    memories section); `instructions` includes the template's fixed text."""
+
+    instructions: int
+    core: int
+    metadata: int
+    summary: int
+    """The running summary as it stands (0: none)."""
+    summary_frame: int
+    """Tokens the summary section adds beyond the summary text."""
+    turns: Sequence[int]
+    """The turns in context, oldest first; the last is the incoming one."""
+    memories: Sequence[MemorySize] = ()
+    """Candidate memories, best first (`memos.packing.measure`)."""
+    memory_frame: int = 0
+    notice: int = 0
+    """Tokens of the memory-pressure section at its widest."""
+    separator: int = 1
+
+
+@dataclass
+class StepPlan:
+    """One step's whole context, decided before any of it is carried out."""
+
+    evict: int
+    """How many of the oldest turns leave the context; the summary absorbs exactly these."""
+    summary_tokens: int
+    """Tokens of summary text kept (its newest part): of the summary after it absorbed the evicted turns."""
+    memories: list[int]
+    """Indexes of the candidate memories paged in, best first."""
+    memory_tokens: int
+    metadata: bool
+    notice_percent: int | None
+    """The memory-pressure notice's figure (None: no notice)."""
+    sections: dict[str, int] = field(default_factory=dict)
+    """Planned tokens per section (upper bounds; the rendered prompt is counted again)."""
+
+
+def plan_step(inputs: StepInputs, policy: BudgetPolicy) -> StepPlan:
+    """Decide a step's context (see `StepPlan`) within `policy.total`. Pure; raises `BudgetError`
+    when the instructions, core blocks and newest turn alone do not fit.
+
+    Evictions depend on the turns alone; when some are evicted the summary's new size is not
+    known before the summarizer runs, so the plan gives it its whole share (memories take what
+    is left after that)."""
+    sizes = SectionSizes(instructions=inputs.instructions, core=inputs.core, metadata=inputs.metadata,
+                         summary=inputs.summary + (inputs.summary_frame if inputs.summary else 0),
+                         turns=inputs.turns, notice=inputs.notice)
+    plan = plan_context(sizes, policy)
+    if plan.evict:
+        share = policy.total  # the absorbed summary may fill its whole share
+        plan = plan_context(dataclasses.replace(sizes, summary=share), policy)
+    summary = max(0, plan.summary_tokens - inputs.summary_frame)
+    kept = choose(inputs.memories, plan.memory_budget, inputs.separator, inputs.memory_frame)
+    turns_share = max(1, int((policy.total - inputs.instructions - inputs.core) * policy.turns_share))
+    percent = min(99, round(100 * plan.sections["turns"] / turns_share)) if plan.pressure else None
+    sections = {**plan.sections, "summary": plan.summary_tokens if summary else 0, "memories": sum(c for _, c in kept)}
+    return StepPlan(evict=plan.evict, summary_tokens=summary, memories=[i for i, _ in kept], memory_tokens=sections["memories"],
+                    metadata=plan.metadata, notice_percent=percent, sections=sections)
 
 
 def render_system_prompt(

@@ -60,11 +60,13 @@ class CoreMemory:
         self.defaults = tuple(defaults)
         self._seeded = False
 
-    async def blocks(self) -> list[CoreBlock]:
-        """Every block this agent sees (default blocks first, in their order); defaults are created on first use."""
+    async def blocks(self, *, cached: bool = False) -> list[CoreBlock]:
+        """Every block this agent sees (default blocks first, in their order); defaults are created on first use.
+
+        `cached`: reuse the last read if the core table has not changed since (`MemoryOS.check_versions`)."""
         if not self._seeded:
             await self._seed()
-        return await self._current()
+        return await self._current(cached)
 
     async def get(self, label: str) -> CoreBlock:
         """The block named `label`."""
@@ -109,9 +111,10 @@ class CoreMemory:
 
     # --- internals -----------------------------------------------------------------------
 
-    async def _current(self) -> list[CoreBlock]:
+    async def _current(self, cached: bool = False) -> list[CoreBlock]:
         both = self.own_scope == self.shared_scope
-        found = await self.memory.list_in([self.own_scope] if both else [self.own_scope, self.shared_scope], CoreBlock)
+        found = await self.memory.list_in([self.own_scope] if both else [self.own_scope, self.shared_scope], CoreBlock,
+                                          cached=cached)
         own = [b for b in found if b.agent_id == self.own_scope.agent_id]
         shared = [] if both else [b for b in found if b.agent_id == "" and SHARED_TAG in b.tags]
         by_label: dict[str, CoreBlock] = {}

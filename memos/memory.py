@@ -27,7 +27,8 @@ from .ingest import Message, episodes_from_messages
 from .ranking import Hit, RankingPolicy
 from .retrieval import SearchRequest, search
 from .scope import Scope, Where, validate_record_id, validate_value
-from .storage import HistoryEntry, Storage, history_row
+from .read_cache import FORGET, ReadCache
+from .storage import META, HistoryEntry, Storage, history_row
 from .telemetry import span
 from .tokens import Tokenizer, tokenizer_for
 
@@ -313,26 +314,50 @@ class MemoryOS:
         entries = await self.storage.history_rows(where.build())
         return entries[-limit:] if limit else entries
 
-    async def counts(self, scope: Scope, *, status: str | None = "active") -> dict[str, int]:
-        """Number of records per store in `scope`."""
+    async def counts(self, scope: Scope, *, status: str | None = "active", cached: bool = False) -> dict[str, int]:
+        """Number of records per store in `scope`.
+
+        `cached`: a store whose table has not changed since the last `check_versions` (or has
+        only had records added by this process) is not counted again."""
         check.check_scope(scope)
         if status is not None:
             check.check_statuses(status)
-        where = Where(scope).status_in((status,) if status else None).build()
-        counted = await asyncio.gather(*(self.storage.count(name, where) for name in self.types))  # one round trip
-        return dict(zip(self.types, counted, strict=True))
+        statuses = (status,) if status else None
+        where = Where(scope).status_in(statuses).build()
+        known = {name: self.reads.get(("count", name, scope, status)) if cached else FORGET for name in self.types}
+        missing = [name for name, value in known.items() if value is FORGET]
+        counted = await asyncio.gather(*(self.storage.count(name, where) for name in missing))  # one round trip
+        for name, value in zip(missing, counted, strict=True):
+            known[name] = value
+            self.reads.put(("count", name, scope, status), name, value, _count_added(scope, statuses))
+        return known
 
     async def list_in(self, scopes: Sequence[Scope], memory_type: TypeRef, *,
-                      status: str | Sequence[str] | None = "active") -> list[MemoryRecord]:
+                      status: str | Sequence[str] | None = "active", cached: bool = False) -> list[MemoryRecord]:
         """Records of one store in any of `scopes` (e.g. an agent's own core blocks and its user's
-        shared ones), in one read, oldest first by their time field."""
+        shared ones), in one read, oldest first by their time field (`cached` as for `counts`)."""
         record_type = self.record_type(memory_type)
         statuses = (status,) if isinstance(status, str) else tuple(status or ())
+        key = ("list_in", record_type.memory_type, tuple(scopes), statuses)
+        if cached and (found := self.reads.get(key)) is not FORGET:
+            return list(found)
         either = " OR ".join(f"({Where(s).build()})" for s in scopes)
         where = Where().raw(f"({either})").status_in(statuses).build()
         table = self.storage.type_table(record_type.memory_type)
         rows = await self.storage.rows(record_type.memory_type, where)
-        return [self._redact(r) for r in sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))]
+        records = [self._redact(r) for r in sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))]
+        self.reads.put(key, record_type.memory_type, records, _unless_added(scopes, statuses))
+        return list(records)
+
+    @property
+    def reads(self) -> ReadCache:
+        """Reads remembered at table versions (`memos.read_cache`): what `cached=True` reads use."""
+        return self.storage.reads
+
+    async def check_versions(self) -> None:
+        """Look at every table's version (one storage call); reads with `cached=True` after it
+        reuse what was read before and has not changed since. A step calls it once, first."""
+        self.reads.check(await self.storage.versions())
 
     # --- for the kernel's own services (session, jobs, portability): public, so none reaches around
 
@@ -389,9 +414,14 @@ class MemoryOS:
             "actor": actor, **scope.stamp(), "before": None, "after": json.dumps(outcome, default=str), "note": note,
         }])
 
-    async def state(self) -> dict[str, str]:
-        """The store's small key/value state (session and reflection state), read at once."""
-        return await self.storage.get_meta()
+    async def state(self, *, cached: bool = False) -> dict[str, str]:
+        """The store's small key/value state (session and reflection state), read at once
+        (`cached` as for `counts`)."""
+        if cached and (found := self.reads.get(("state",))) is not FORGET:
+            return dict(found)
+        values = await self.storage.get_meta()
+        self.reads.put(("state",), META, values, _state_added)
+        return dict(values)
 
     async def set_state(self, key: str, value: str) -> None:
         """Write one state entry."""
@@ -802,13 +832,35 @@ def _replace_in_json(text: str | None, secrets: list[str], marker: str) -> str |
     return json.dumps(walk(json.loads(text)), default=str)
 
 
+def _count_added(scope: Scope, statuses: tuple[str, ...] | None) -> Callable[[int, Sequence[dict[str, Any]]], int]:
+    """A remembered count carried past an add: plus the added rows it counts."""
+    def rule(count: int, added: Sequence[dict[str, Any]]) -> int:
+        return count + sum(1 for r in added if scope.contains(r["user_id"], r["agent_id"], r["session_id"])
+                           and (statuses is None or r.get("status") in statuses))
+    return rule
+
+
+def _unless_added(scopes: Sequence[Scope], statuses: tuple[str, ...]) -> Callable[[Any, Sequence[dict[str, Any]]], Any]:
+    """Remembered records carried past an add that none of the added rows joins (else forgotten)."""
+    def rule(records: Any, added: Sequence[dict[str, Any]]) -> Any:
+        joins = any(any(s.contains(r["user_id"], r["agent_id"], r["session_id"]) for s in scopes)
+                    and (not statuses or r.get("status") in statuses) for r in added)
+        return FORGET if joins else records
+    return rule
+
+
+def _state_added(values: dict[str, str], added: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """The remembered state carried past this process's own state writes."""
+    return {**values, **{r["key"]: r["value"] for r in added}}
+
+
 def _audit(record: MemoryRecord | None) -> dict[str, Any] | None:
     """A record as history keeps it: no vector; secret fields only as stored (ciphertext)."""
     return None if record is None else record.model_dump(mode="json")
 
 
 _UNSCOPED = {"record_type", "scoped", "cipher", "open", "scheduler", "agent", "restamp", "embed_documents",
-             "associated_data", "state", "set_state", "delete_state"}
+             "associated_data", "state", "set_state", "delete_state", "check_versions"}
 """Facade methods that take no scope: a scoped view passes them through unchanged."""
 
 

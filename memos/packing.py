@@ -11,14 +11,56 @@ and `pack` checks the whole rendering against the budget, so it is never exceede
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .ranking import Hit
 
-__all__ = ["pack", "render_hits"]
+__all__ = ["MemorySize", "choose", "measure", "pack", "render_hits"]
 
 
 def _heading(group: str) -> str:
     return f"[{group}]"
+
+
+@dataclass(frozen=True)
+class MemorySize:
+    """What one hit costs in the prompt, counted: its line, and its group's heading (paid by the
+    first hit of the group that is kept)."""
+
+    tokens: int
+    group: str = ""
+    heading: int = 0
+
+
+def measure(hits: Sequence[Hit], count_tokens: Callable[[str], int]) -> list[MemorySize]:
+    """Count each hit's line (set as `hit.text`) and its heading: the input `choose` plans with."""
+    sizes = []
+    for hit in hits:
+        group = hit.record.render_group()
+        hit.text = hit.record.render_line() if group else hit.record.render()
+        sizes.append(MemorySize(count_tokens(hit.text), group or "", count_tokens(_heading(group)) if group else 0))
+    return sizes
+
+
+def choose(sizes: Sequence[MemorySize], budget: int, separator_tokens: int = 1, frame: int = 0) -> list[tuple[int, int]]:
+    """Which hits fit in `budget`, best first: (index, marginal cost) of each kept one. Pure.
+
+    A hit is kept if its marginal cost (line, separator, its heading if the group is new) still
+    fits; one too large is skipped and a smaller, lower-ranked one may still fit. `frame` is
+    paid once, by the first hit kept (the section's own wrapper text)."""
+    kept: list[tuple[int, int]] = []
+    groups: set[str] = set()
+    used = 0
+    for index, size in enumerate(sizes):
+        cost = size.tokens + (separator_tokens if kept else frame)
+        if size.group and size.group not in groups:
+            cost += size.heading + separator_tokens
+        if used + cost <= budget:
+            kept.append((index, cost))
+            used += cost
+            if size.group:
+                groups.add(size.group)
+    return kept
 
 
 def pack(hits: Sequence[Hit], budget: int, count_tokens: Callable[[str], int], separator_tokens: int = 1) -> list[Hit]:
@@ -28,21 +70,10 @@ def pack(hits: Sequence[Hit], budget: int, count_tokens: Callable[[str], int], s
     """
     if budget <= 0:
         return []
-    kept: list[Hit] = []
-    groups: set[str] = set()
-    used = 0
-    for hit in hits:
-        group = hit.record.render_group()
-        line = hit.record.render_line() if group else hit.record.render()
-        cost = count_tokens(line) + (separator_tokens if kept else 0)
-        if group and group not in groups:
-            cost += count_tokens(_heading(group)) + separator_tokens
-        if used + cost <= budget:
-            hit.text, hit.tokens = line, cost
-            kept.append(hit)
-            used += cost
-            if group:
-                groups.add(group)
+    kept = []
+    for index, cost in choose(measure(hits, count_tokens), budget, separator_tokens):
+        hits[index].tokens = cost
+        kept.append(hits[index])
     while kept and count_tokens(render_hits(kept)) > budget:  # BPE merges across lines, in theory
         kept.pop()
     return kept

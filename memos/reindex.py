@@ -53,6 +53,7 @@ async def rebuild_tables(storage: Storage, embedder: TextEmbedder,
     await storage.set_meta("generation", str(generation))
     await storage.set_meta("embedder", json.dumps({"name": embedder.name, "dim": embedder.dim}))
     storage.tables = built
+    storage.reads.clear()  # new tables start their own versions: nothing read from the old ones holds
     storage.dim = embedder.dim
     storage.embedder_name = embedder.name
     for old_name in old_names.values():

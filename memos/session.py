@@ -23,15 +23,16 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from memos import prompts
-from memos.memtypes import Episode
+from memos.memtypes import CoreBlock, Episode
 
-from .context_window import BudgetPolicy, SectionSizes, plan_context, render_system_prompt
+from .context_window import BudgetPolicy, StepInputs, plan_step, render_system_prompt
 from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreMemory
 from .exceptions import BudgetError, ConfigError
 from .ingest import Message
-from .packing import pack, render_hits
+from .packing import measure, render_hits
 from .ranking import Hit
 from .paging import ExtractiveSummarizer, Summarizer
+from .read_cache import FORGET, KEEP
 from .scope import Scope
 from .telemetry import span
 from ._sync import with_sync_methods
@@ -43,6 +44,9 @@ __all__ = ["CompiledContext", "MemorySession", "Role"]
 
 Role = Literal["user", "assistant"]
 _ROLE_TAG = "role:"
+_FRAME_MARGIN = 2
+"""Tokens added to each optional section's measured wrapper: BPE may count joined text a little
+differently from its parts (the rendered prompt is always counted again)."""
 
 
 @dataclass
@@ -84,7 +88,8 @@ class MemorySession:
         self.context: list[Episode] = []
         self.evicted_total = 0
         self._context_read = False
-        """The in-context turns were just read by `record_turn` (the next compile need not re-read them)."""
+        """The step's reads were just checked by `record_turn` (the compile that follows need not check again)."""
+        self._section_frames: dict[str, int] | None = None
 
     @classmethod
     async def open(
@@ -129,9 +134,9 @@ class MemorySession:
             raise ConfigError(f"role must be 'user' or 'assistant', got {role!r}")
         message = Message(id=message_id, actor=actor or role, text=text, timestamp=occurred_at or self.memory.clock(),
                           importance=importance, tags=[f"{_ROLE_TAG}{role}", "turn"])
-        # the turns in context as stored now (one read): a tool may have moved a secret out of the
-        # turn before since; the compile that follows uses this read instead of making its own
-        await self._refresh_context()
+        # the turns in context as stored now: a tool may have moved a secret out of the turn
+        # before since, a job may have changed one; the compile that follows uses this check
+        await self._read_step()
         previous = self.context[-1] if self.context else None
         [episode] = await self.memory.ingest(self.scope, [message], actor=role, previous=previous)
         self.context.append(episode)
@@ -151,60 +156,101 @@ class MemorySession:
     async def _compile(self, incoming: str | None) -> CompiledContext:
         if not self.context:
             raise ConfigError("record the incoming message with record_turn() before compiling a context")
-        count = self.memory.tokenizer.count
         if not self._context_read:
-            await self._refresh_context()
+            await self._read_step()
         self._context_read = False
         query = incoming if incoming is not None else self.context[-1].summary
-        # independent reads, issued together: one round trip instead of four in a row
+        # read once: what has not changed since it was last read is not read again (the tables'
+        # versions were just checked), the rest is issued together
         blocks, counts, last_reflection, found = await asyncio.gather(
-            self.core.blocks(), self.memory.counts(self.retrieval_scope), self._last_reflection(), self._retrieve(query))
+            self.core.blocks(cached=True), self.memory.counts(self.retrieval_scope, cached=True), self._last_reflection(),
+            self._retrieve(query))
         in_context = {t.id for t in self.context}
         hits = [h for h in found if h.id not in in_context]
-
-        notice_text = prompts.render("pressure.j2", percent=99)
+        # plan once, from counted inputs
+        inputs, notice_of = self._counted(blocks, counts, last_reflection, hits)
+        plan = plan_step(inputs, self.budget)
+        # carry it out: the summary absorbs the evicted turns (state saved once), memories page in
         evicted: list[Episode] = []
-        overhead = 0
-        for _ in range(6):
-            summary_full = self.summary
-            sizes = SectionSizes(
-                instructions=count(self.instructions) + overhead,
-                core=sum(count(b.value) + count(b.label) + 12 for b in blocks),
-                metadata=12 + 4 * len(counts),
-                summary=count(summary_full),
-                turns=[self._turn_tokens(t) for t in self.context],
-                memories=(),  # memories take what the plan leaves (plan.memory_budget), packed below
-                notice=count(notice_text),
-            )
-            plan = plan_context(sizes, self.budget)
-            if plan.evict:
-                gone, self.context = self.context[: plan.evict], self.context[plan.evict :]
-                evicted.extend(gone)
-                self.evicted_total += len(gone)
-                self.summary = await self.summarizer(self.summary, gone)
-                await self._save_state()
-                continue
-            turns_share = max(1, int((self.budget.total - sizes.instructions - sizes.core) * self.budget.turns_share))
-            notice = prompts.render("pressure.j2", percent=min(99, round(100 * plan.sections["turns"] / turns_share))) \
-                if plan.pressure else None
-            paged = pack(hits, max(0, plan.memory_budget - 4), count)
+        if plan.evict:
+            evicted, self.context = self.context[: plan.evict], self.context[plan.evict :]
+            self.evicted_total += len(evicted)
+            self.summary = await self.summarizer(self.summary, evicted)
+            await self._save_state()
+        count = self.memory.tokenizer.count
+        paged = [hits[i] for i in plan.memories]
+        notice = notice_of(plan.notice_percent)
+        summary = _newest_part(self.summary, plan.summary_tokens, count)
+        turn_tokens = sum(self._turn_tokens(t) for t in self.context)
+        # render once (the planned sizes are upper bounds; the safety net below drops the
+        # lowest-ranked memories should BPE count the joined text higher than its parts)
+        while True:
             system = render_system_prompt(
                 instructions=self.instructions, blocks=blocks, counts=counts if plan.metadata else None,
-                last_reflection=last_reflection, summary=_newest_part(summary_full, plan.summary_tokens, count),
-                memories=paged, notice=notice, now=self.memory.clock(),
-            )
-            turn_tokens = sum(sizes.turns)
+                last_reflection=last_reflection, summary=summary, memories=paged, notice=notice, now=self.memory.clock())
             total = count(system) + turn_tokens
             if total <= self.budget.total:
-                sections = dict(plan.sections)
-                sections["memories"] = count(render_hits(paged)) if paged else 0
-                sections["instructions"] = count(self.instructions)
-                sections["overhead"] = total - sum(sections.values())
-                return CompiledContext(system_prompt=system, recent_turns=list(self.context), sections=sections,
-                                       total_tokens=total, budget=self.budget.total, paged_in=paged,
-                                       evicted=evicted, pressure_notice=notice)
-            overhead += total - self.budget.total + 8  # the template's own text: plan again with it counted
-        raise BudgetError(f"could not fit the context into {self.budget.total} tokens; raise the budget")
+                break
+            if paged:
+                paged.pop()
+            elif summary:
+                summary = ""
+            else:
+                raise BudgetError(f"could not fit the context into {self.budget.total} tokens; raise the budget")
+        sections = dict(plan.sections)
+        sections["turns"] = turn_tokens
+        sections["summary"] = count(summary) if summary else 0
+        sections["notice"] = count(notice) if notice else 0
+        sections["memories"] = count(render_hits(paged)) if paged else 0
+        sections["instructions"] = count(self.instructions)
+        sections["overhead"] = total - sum(sections.values())
+        return CompiledContext(system_prompt=system, recent_turns=list(self.context), sections=sections,
+                               total_tokens=total, budget=self.budget.total, paged_in=paged,
+                               evicted=evicted, pressure_notice=notice)
+
+    def _counted(self, blocks: Sequence[CoreBlock], counts: dict[str, int], last_reflection: datetime | None,
+                 hits: Sequence[Hit]) -> tuple[StepInputs, Callable[[int | None], str | None]]:
+        """The step's inputs counted in tokens, and the pressure notice for a planned figure.
+
+        The template's own text is counted by rendering it with the step's fixed parts and the
+        optional sections empty; each optional section's wrapper is counted once per session."""
+        count = self.memory.tokenizer.count
+        now = self.memory.clock()
+
+        def fixed(with_counts: bool) -> int:
+            return count(render_system_prompt(instructions=self.instructions, blocks=blocks, counts=counts if with_counts else None,
+                                              last_reflection=last_reflection, summary="", memories=(), notice=None, now=now))
+
+        whole, bare = fixed(True), fixed(False)
+        core = sum(count(b.value) + count(b.label) + 12 for b in blocks)
+        frames = self._frames()
+        widest = prompts.render("pressure.j2", percent=99)
+        inputs = StepInputs(
+            instructions=max(0, bare - core), core=min(core, bare), metadata=max(0, whole - bare),
+            summary=count(self.summary), summary_frame=frames["summary"],
+            turns=[self._turn_tokens(t) for t in self.context],
+            memories=measure(hits, count), memory_frame=frames["memories"],
+            notice=count(widest) + frames["notice"],
+        )
+        return inputs, lambda percent: None if percent is None else prompts.render("pressure.j2", percent=percent)
+
+    def _frames(self) -> dict[str, int]:
+        """Tokens each optional section's wrapper adds to the prompt (with a small margin for
+        the way BPE joins text), measured once by rendering the template with and without it."""
+        if self._section_frames is None:
+            count = self.memory.tokenizer.count
+            at = datetime(2000, 1, 1)
+            empty = dict(instructions="", blocks=(), counts=None, last_reflection=None, summary="", memories=(), notice=None, now=at)
+            base = count(render_system_prompt(**empty))
+            probe = Episode(summary="x", occurred_at=at)
+            with_hit = [Hit("episodic", probe, 0.0)]
+            with_hit[0].text = probe.render_line() if probe.render_group() else probe.render()
+            self._section_frames = {
+                "summary": count(render_system_prompt(**{**empty, "summary": "x"})) - base - count("x") + _FRAME_MARGIN,
+                "memories": count(render_system_prompt(**{**empty, "memories": with_hit})) - base - count(render_hits(with_hit)) + _FRAME_MARGIN,
+                "notice": count(render_system_prompt(**{**empty, "notice": "x"})) - base - count("x") + _FRAME_MARGIN,
+            }
+        return self._section_frames
 
     async def conversation_search(self, query: str | None = None, *, since: datetime | None = None,
                                   until: datetime | None = None, limit: int = 10) -> list[Episode]:
@@ -225,10 +271,17 @@ class MemorySession:
             return []
         return await self.memory.search(query, self.retrieval_scope, k=self.retrieval_k)
 
+    async def _read_step(self) -> None:
+        """The step's first read: every table's version (one call), then the in-context turns
+        again only if a writer other than this session changed the recall log since."""
+        await self.memory.check_versions()
+        if self.memory.reads.get(self._context_key) is FORGET:
+            await self._refresh_context()
+
     async def _last_reflection(self) -> datetime | None:
         from .jobs import reflection_state  # floor 3 reads the scheduler's record of it
 
-        meta = await self.memory.state()
+        meta = await self.memory.state(cached=True)
         for scope in (self.scope, self.retrieval_scope, Scope(self.scope.user_id)):
             state = await reflection_state(self.memory, scope, meta)
             if state.get("last_at"):
@@ -264,6 +317,12 @@ class MemorySession:
     async def _refresh_context(self) -> None:
         """Re-read the in-context turns (a scrubbed secret or a consolidation may have changed them)."""
         self.context = await self._load_turns([t.id for t in self.context])
+        # remembered as read at the version just checked; adds (e.g. this session's own turns) keep it
+        self.memory.reads.put(self._context_key, self.memory.turn_type, None, KEEP)
+
+    @property
+    def _context_key(self) -> tuple[str, str]:
+        return ("session-context", self._state_key)
 
     async def _load_turns(self, ids: list[str]) -> list[Episode]:
         return await self.memory.get_many(self.scope, self.memory.turn_type, ids)  # type: ignore[return-value]

@@ -12,6 +12,7 @@ new tables and switch to them in one meta write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -19,7 +20,7 @@ import random
 import re
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -34,10 +35,11 @@ from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, RecordChangedError, StoreFullError, StoreUnavailableError
 from .fulltext import FORM, MARK, has_cjk, index_form, plain_text
 from .lease import StoreLease
+from .read_cache import ReadCache
 from .scope import sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, row_from_record
 
-__all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "Storage", "TypeTable", "arrow_rows", "history_row", "is_conflict", "retry_conflicts", "storage_error"]
+__all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "META", "Storage", "TypeTable", "arrow_rows", "history_row", "is_conflict", "retry_conflicts", "storage_error"]
 
 log = logging.getLogger("memos.storage")
 
@@ -63,6 +65,8 @@ T = TypeVar("T")
 
 DEFAULT_DIM = 384
 _META = "_meta"
+META = _META
+"""The meta table's name in `Storage.versions()` and `Storage.reads`."""
 _HISTORY = "_history"
 _META_SCHEMA = pa.schema([pa.field("key", pa.string()), pa.field("value", pa.string())])
 HISTORY_SCHEMA = pa.schema(
@@ -193,6 +197,8 @@ class Storage:
         self._nonempty: set[str] = set()
         self._names: set[str] | None = None  # tables present when the store was opened
         self.lease = StoreLease.for_uri(uri)
+        self.reads = ReadCache()
+        """Reads remembered at table versions; every write below reports its version to it."""
 
     async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12) -> T:
         """Run one LanceDB write holding the purge lease shared (see `memos.lease`): commit
@@ -361,16 +367,18 @@ class Storage:
     async def add_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
         if rows:
             table = self.tables[memory_type].table
-            await self.write(table, lambda: table.add(rows))
+            with self._reporting(memory_type) as report:
+                report(await self.write(table, lambda: table.add(rows)), rows)
             self._nonempty.add(memory_type)
             await self._committed(table, len(rows))
 
     async def upsert_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
         if rows:
             table = self.tables[memory_type].table
-            await self.write(
-                table, lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
-            )
+            with self._reporting(memory_type) as report:
+                report(await self.write(
+                    table, lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+                ))
             await self._committed(table, len(rows))
 
     async def update_rows(self, memory_type: str, rows: list[dict[str, Any]], read_at: dict[str, datetime]) -> None:
@@ -383,7 +391,8 @@ class Storage:
         table = self.tables[memory_type].table
         condition = " OR ".join(
             f"(target.id = {sql_string(r['id'])} AND CAST(target.updated_at AS BIGINT) = {_micros(read_at[r['id']])})" for r in rows)
-        result = await self.write(table, lambda: table.merge_insert("id").when_matched_update_all(where=condition).execute(rows))
+        with self._reporting(memory_type) as report:
+            result = report(await self.write(table, lambda: table.merge_insert("id").when_matched_update_all(where=condition).execute(rows)))
         await self._committed(table, len(rows))
         updated = getattr(result, "num_updated_rows", len(rows))
         if updated != len(rows):
@@ -391,7 +400,8 @@ class Storage:
 
     async def delete_rows(self, memory_type: str, where: str) -> None:
         table = self.tables[memory_type].table
-        await self.write(table, lambda: table.delete(where))
+        with self._reporting(memory_type) as report:
+            report(await self.write(table, lambda: table.delete(where)))
 
     async def rows(
         self, memory_type: str, where: str | None, limit: int | None = None, columns: list[str] | None = None
@@ -404,6 +414,32 @@ class Storage:
         if limit is not None:
             query = query.limit(limit)
         return arrow_rows(await self.read(self.tables[memory_type].table, query.to_arrow))
+
+    async def versions(self) -> dict[str, int]:
+        """The latest version of every memory type's table and of the meta table (key `META`), in
+        one call: a read remembered at a version is still right while its table is there (`reads`)."""
+        names = [*self.tables, META]
+        handles = [*(t.table for t in self.tables.values()), self.meta]
+        found = await asyncio.gather(*(self._retrying(h, h.version, 4) for h in handles))
+        return dict(zip(names, found, strict=True))
+
+    @contextlib.contextmanager
+    def _reporting(self, table: str) -> Iterator[Callable[..., Any]]:
+        """Report one write of this process to `reads` (its version; rows, for an add); a write
+        that fails is reported without a version, so no read of that table is trusted."""
+        done: list[int | None] = []
+
+        def report(result: Any, added: list[dict[str, Any]] | None = None) -> Any:
+            version = getattr(result, "version", None)
+            self.reads.wrote(table, version, added)
+            done.append(version)
+            return result
+
+        try:
+            yield report
+        finally:
+            if not done:
+                self.reads.wrote(table, None)
 
     async def count(self, memory_type: str, where: str | None = None) -> int:
         table = self.tables[memory_type].table
@@ -546,13 +582,15 @@ class Storage:
         await self.write(self.history, lambda: self.history.delete(where))
 
     async def set_meta(self, key: str, value: str) -> None:
-        async with self.lease.shared():
-            await _write_meta(self.meta, key, value)
+        with self._reporting(META) as report:
+            async with self.lease.shared():
+                report(await _write_meta(self.meta, key, value), [{"key": key, "value": value}])
 
     async def delete_meta(self, keys: list[str]) -> None:
         """Remove meta entries (exact keys, quoted; never a pattern built from input)."""
         for key in keys:
-            await self.write(self.meta, lambda key=key: self.meta.delete(f"key = {sql_string(key)}"))
+            with self._reporting(META) as report:
+                report(await self.write(self.meta, lambda key=key: self.meta.delete(f"key = {sql_string(key)}")))
 
     async def rebuild_text_index(self, memory_type: str) -> None:
         """Recreate a table's full-text index from its current rows (drops terms of deleted rows)."""
@@ -610,8 +648,8 @@ async def _read_meta(meta: Any) -> dict[str, str]:
     return {row["key"]: row["value"] for row in await meta.query().to_list()}
 
 
-async def _write_meta(meta: Any, key: str, value: str) -> None:
-    await retry_conflicts(
+async def _write_meta(meta: Any, key: str, value: str) -> Any:
+    return await retry_conflicts(
         lambda: meta.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(
             [{"key": key, "value": value}]
         )

@@ -10,17 +10,21 @@ Figures for the turn below (a store with records in every store, no tool call, n
 | | storage calls | round trips |
 |---|---|---|
 | before (main at 7de71c6) | 38 | 21 |
-| after the redesign (six stores) | 36 | 12 |
-| now, with the entity graph's two stores | 40 | 12 |
+| after one read per compile (six stores) | 36 | 12 |
+| with the entity graph's two stores | 40 | 10 |
+| one plan, reads remembered at table versions (six stores) | 28 | 11 |
+| the same, with the entity graph's two stores (now) | 30 | 11 |
 
-What changed: `record_turn` reads the in-context turns once and the compile that follows uses
-that read (was: the previous turn, then all of them again); the agent's own and shared core
-blocks are one read (`MemoryOS.list_in`, was two); the compile's independent reads (core blocks,
-store counts, reflection state, active retrieval) are issued together, and the six store counts
-are one gather (were awaited one after another). Left: six counts, five vector + five full-text
-searches and five winner reads (one per store), two appends and two history rows, two state
-writes -- the count of calls did not halve; the round trips fell from 21 to 12. The entity and
-relation stores (issue 16) add two store counts and two emptiness checks, in the same round trips.
+What changed last: a step begins with one `versions` call (every table's latest version,
+`Storage.versions`); what was read before and has not changed since is not read again
+(`memos.read_cache`): the store counts (were six, eight with the graph), the core blocks, the
+reflection state and the in-context turns (were read again at each recorded turn). This
+process's own adds carry a remembered read forward (a count grows by the rows it counts), so
+the turn just recorded does not make the compile read again. The compile plans the whole
+context once (`memos.context_window.plan_step`) and renders once. Left: two version checks,
+two appends and two history rows, two state writes, and retrieval's own calls (an emptiness
+check per store, five vector + five full-text searches, five winner reads; `memos.retrieval`).
+The round trips are 11, not 10: the compile's reads no longer overlap retrieval's emptiness checks.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from memos import Scope
 from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 from memos.storage import Storage
 
-CALLS_AT_MOST = 40
+CALLS_AT_MOST = 30
 ROUND_TRIPS_AT_MOST = 12
 
 
