@@ -191,9 +191,13 @@ class MemoryOS:
                     raise InvalidRecordError(f"record {record.id} has {field}={current!r} but is written in scope {scope}")
             stamped = self._revalidate(record, {**scope.stamp(), "created_at": now, "updated_at": now})
             prepared.setdefault(stamped.memory_type, []).append(self._seal(stamped))
-        for name, group in prepared.items():
-            with span("memos.add", memory_type=name, records=len(group), user_id=scope.user_id, actor=actor):
-                await self._write(name, group, "add", actor, before=None)
+        history: list[dict[str, Any]] = []  # one history commit for every store written (fewer commits)
+        try:
+            for name, group in prepared.items():
+                with span("memos.add", memory_type=name, records=len(group), user_id=scope.user_id, actor=actor):
+                    await self._write(name, group, "add", actor, before=None, history=history)
+        finally:  # the stores that committed are audited even when a later one failed
+            await self.storage.append_history(history)
         for record in items:
             clear = [getattr(record, f) for f in record.secret_fields if getattr(record, f)]
             if clear and record.source_ids:
@@ -753,7 +757,10 @@ class MemoryOS:
     async def _write(
         self, name: str, records: list[MemoryRecord], op: str, actor: str, *,
         before: dict[str, MemoryRecord] | None, vectors_from: MemoryRecord | None = None, note: str | None = None,
+        history: list[dict[str, Any]] | None = None,
     ) -> None:
+        """Write `records` to store `name` and audit them (into `history` when given: the caller
+        appends those rows itself, once for several stores)."""
         table = self.storage.type_table(name)
         if vectors_from is not None:
             vectors = await self._stored_vectors(name, [vectors_from.id])
@@ -766,10 +773,12 @@ class MemoryOS:
             assert before is not None, f"a {op} must name the versions it read"
             await self.storage.update_rows(name, rows, {r.id: before[r.id].updated_at for r in records})
         now = self.clock()
-        await self.storage.append_history([
-            history_row(op, r, actor, _audit(before.get(r.id)) if before else None, _audit(r), max(now, r.updated_at), note)
-            for r in records
-        ])
+        rows = [history_row(op, r, actor, _audit(before.get(r.id)) if before else None, _audit(r), max(now, r.updated_at), note)
+                for r in records]
+        if history is not None:
+            history.extend(rows)
+        else:
+            await self.storage.append_history(rows)
 
     async def _vectors(self, texts: list[str]) -> list[list[float] | None]:
         if self.embedder is None:

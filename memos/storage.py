@@ -193,6 +193,7 @@ class Storage:
         self.tables: dict[str, TypeTable] = {}
         self._writes: dict[int, int] = {}
         self._pending: dict[int, int] = {}  # rows written since the table was last optimized
+        self._optimizing: dict[int, asyncio.Task[None]] = {}  # a table's background optimize (`_committed`)
         self._empty_checked: dict[str, float] = {}  # table -> when it was last seen empty (monotonic)
         self._nonempty: set[str] = set()
         self._names: set[str] | None = None  # tables present when the store was opened
@@ -238,18 +239,35 @@ class Storage:
         full-text index are searched by scanning and tokenizing each of them per query (a bulk
         ingest of 2,000 turns made every text query 2-3x slower). This keeps both bounded
         without waiting for the maintenance job.
+
+        The optimize runs in the background, off the write path: the write it follows has
+        committed (durable) and returns at once. One optimize per table is in flight at a time;
+        rows that arrive meanwhile go into the next, so a bulk load folds many commits into
+        each (on a 100k store one optimize of the indexed episodic table took 70 s, which every
+        write that crossed the threshold used to wait for). `settle()` waits for them.
         """
         key = id(table)
         self._writes[key] = self._writes.get(key, 0) + 1
         self._pending[key] = self._pending.get(key, 0) + rows
-        if self._writes[key] % COMPACT_EVERY == 0 or self._pending[key] >= INDEX_EVERY_ROWS:
-            try:
-                await self.write(table, lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
-            except (OSError, RuntimeError) as exc:  # incl. memos' storage errors: the write itself has committed
-                log.warning("automatic compaction of %s skipped (%s); the next one or the maintenance job does it",
-                            table.name, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
-                return
+        due = self._writes[key] % COMPACT_EVERY == 0 or self._pending[key] >= INDEX_EVERY_ROWS
+        running, loop = self._optimizing.get(key), asyncio.get_running_loop()
+        if due and (running is None or running.done() or running.get_loop() is not loop):
             self._pending[key] = 0
+            self._optimizing[key] = loop.create_task(self._optimize(table, key))
+
+    async def _optimize(self, table: Any, key: int) -> None:
+        try:
+            await self.write(table, lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
+        except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the writes have committed
+            self._pending[key] = self._pending.get(key, 0) + INDEX_EVERY_ROWS  # due again at the next commit
+            log.warning("automatic compaction of %s skipped (%s); the next one or the maintenance job does it",
+                        table.name, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+
+    async def settle(self) -> None:
+        """Wait for the background optimizes that writes started (see `_committed`)."""
+        loop = asyncio.get_running_loop()
+        while running := [t for t in self._optimizing.values() if not t.done() and t.get_loop() is loop]:
+            await asyncio.wait(running)
 
     @classmethod
     async def open(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,21 @@ def test_order_and_batching_do_not_change_vectors(embedder, reference):
     one_by_one = np.stack([local_encoder().encode([t])[0] for t in texts])
     batched = local_encoder().encode(list(reversed(texts)))[::-1]
     assert _cosines(one_by_one, batched).min() > 0.99999
+
+
+def test_thread_count_changes_no_vector(embedder, reference, monkeypatch):
+    from memos.sentence_encoder import encode_threads
+
+    texts = reference[0][:40]
+    encoder = local_encoder()
+    monkeypatch.setenv("MEMOS_ENCODER_THREADS", "1")
+    assert encode_threads() == 1
+    one = encoder.encode(texts)
+    monkeypatch.setenv("MEMOS_ENCODER_THREADS", "2")
+    assert encode_threads() == 2
+    assert _cosines(one, encoder.encode(texts)).min() > 0.99999
+    monkeypatch.delenv("MEMOS_ENCODER_THREADS")
+    assert 1 <= encode_threads() <= (os.cpu_count() or 1)
 
 
 async def test_embedder_keeps_the_name_and_dim_stores_record(embedder):

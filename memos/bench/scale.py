@@ -144,6 +144,7 @@ async def open_bench_store(records: int, root: Path, *, embedder: TextEmbedder, 
             await memory.add(scope, group, actor="bench")
         if progress:
             progress(min(start + batch, records), records)
+    await memory.storage.settle()  # the background optimizes the writes started are part of inserting
     insert_s = time.perf_counter() - started
     started = time.perf_counter()
     indexes = (await maintain(memory.storage))["indexes"]  # compaction, index builds, freed heap returned
