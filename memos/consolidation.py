@@ -287,11 +287,15 @@ async def apply_plan(memory: MemoryOS, scope: Scope, plan: ConsolidationPlan, *,
         if survivor is None or not others:
             done["skipped"] += len(others)
             continue
+        # The union is taken over the records as re-read now, never over the plan's copies: a
+        # value a writer changed since planning is what gets merged (each write below is still
+        # conditional on the version read here).
+        members = [survivor, *others]
         kept = await mark(memory, scope, name, survivor, {
-            "importance": max(merge.importance, survivor.importance),
-            "source_ids": list(dict.fromkeys([*survivor.source_ids, *merge.source_ids])),
-            "tags": list(dict.fromkeys([*survivor.tags, *merge.tags])),
-            "access_count": max(merge.access_count, survivor.access_count),
+            "importance": max(r.importance for r in members),
+            "source_ids": list(dict.fromkeys(s for r in members for s in r.source_ids)),
+            "tags": list(dict.fromkeys(t for r in members for t in r.tags)),
+            "access_count": sum(r.access_count for r in members),
         }, op="merge", actor=actor, note=f"survivor of {len(others)} duplicates")
         if kept is None:  # the survivor changed under us: the next run decides again
             done["skipped"] += len(others)

@@ -12,6 +12,7 @@ an update or delete it writes what it tries, so a check can tell "maybe applied"
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -151,6 +152,12 @@ def verify(db: Path, sides: dict[str, Path]) -> dict[str, Any]:
     history = run_sync(storage.raw_history("true"))
     run_sync(storage.get_meta())
     created = {h["record_id"] for h in history if h["op"] == "add"}
+    merged_into: dict[str, list[tuple[float, float]]] = {}  # survivor id -> (importance before, after) per merge
+    for h in history:
+        if h["op"] == "merge" and h["before"] and h["after"]:
+            before, after = json.loads(h["before"]), json.loads(h["after"])
+            if before.get("status") == after.get("status") == "active":
+                merged_into.setdefault(h["record_id"], []).append((float(before["importance"]), float(after["importance"])))
     out = Counter(lost=0, duplicated=0, lost_updates=0, resurrected=0, without_history=0, acked=0)
     for user, side in sides.items():
         acks = read_acks(side)
@@ -169,6 +176,11 @@ def verify(db: Path, sides: dict[str, Path]) -> dict[str, Any]:
             if last is None:
                 continue
             allowed = {history_of[last][1]} | {v for k, v in history_of[last + 1:]}
+            grown = True  # a merge on top of an allowed version may raise a survivor's importance (the duplicates' max)
+            while grown:
+                more = {a for b, a in merged_into.get(rid, ()) if any(abs(b - v) <= 1e-6 for v in allowed)} - allowed
+                allowed |= more
+                grown = bool(more)
             out["lost_updates"] += all(abs(by_id[rid]["importance"] - v) > 1e-6 for v in allowed)
         out["without_history"] += sum(1 for rid in seen if rid not in created)
         out["writer_errors"] += len(acks["errors"])
