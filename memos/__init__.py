@@ -30,14 +30,29 @@ from .exceptions import (  # noqa: E402
     StoreUnavailableError,
     UnknownMemoryTypeError,
 )
-from .ingest import Message  # noqa: E402
-from .memory import MemoryOS, ScopedMemory  # noqa: E402
-from .ranking import Hit, RankingPolicy  # noqa: E402
+from .model_backend import model_backend, provide, register_backend  # noqa: E402
 from .scope import Scope  # noqa: E402
-from .storage import HistoryEntry  # noqa: E402
-from .tokens import Tokenizer, tokenizer_for  # noqa: E402
-from .memory import provide  # noqa: E402
-from .model_backend import model_backend, register_backend  # noqa: E402
+
+# The facade and what it pulls in (LanceDB, pyarrow, tiktoken) load on first use of a name below,
+# so `import memos` (and `memos --help`) costs no storage import (PEP 562 module __getattr__).
+_LAZY = {
+    "Message": ".ingest", "MemoryOS": ".memory", "ScopedMemory": ".memory", "Hit": ".ranking",
+    "RankingPolicy": ".ranking", "HistoryEntry": ".storage", "Tokenizer": ".tokens", "tokenizer_for": ".tokens",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'memos' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 # The package root wires in what sits above the facade (it may import every floor): the session,

@@ -24,6 +24,7 @@ from ._sync import with_sync_methods
 from .embeddings import TextEmbedder, resolve_embedder
 from .exceptions import ConfigError, DuplicateIdError, InvalidRecordError, RecordChangedError, RecordNotFoundError, UnknownMemoryTypeError
 from .ingest import Message, episodes_from_messages
+from .model_backend import opener, provide
 from .ranking import Hit, RankingPolicy
 from .retrieval import SearchRequest, search
 from .scope import Scope, Where, validate_record_id, validate_value
@@ -521,7 +522,7 @@ class MemoryOS:
         """
         current = getattr(self, "_scheduler", None)
         if current is None or not current.running:
-            current = self._scheduler = _opener("scheduler")(self, model=model, mode=mode, jobs_url=jobs_url,
+            current = self._scheduler = opener("scheduler")(self, model=model, mode=mode, jobs_url=jobs_url,
                                                             clock=clock or self.clock)
         return current
 
@@ -531,11 +532,11 @@ class MemoryOS:
         `model` is any pydantic-ai model or model string; options: budget, manager_model,
         manage_every, approve, usage_limits, instructions. Its conversation resumes after a restart.
         """
-        return _opener("agent")(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
+        return opener("agent")(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
 
     async def session(self, scope: Scope, **options: Any) -> Any:
         """The working context of `scope` (`memos.session.MemorySession`), resumed from the store."""
-        return await _opener("session")(self, check.check_scope(scope), **options)
+        return await opener("session")(self, check.check_scope(scope), **options)
 
     # --- internals -----------------------------------------------------------------------
 
@@ -789,26 +790,6 @@ class MemoryOS:
         rows = await self.storage.rows(name, Where().id_in(ids).build(), columns=["id", "vector"])
         by_id = {r["id"]: r["vector"] for r in rows}
         return [by_id.get(i) for i in ids]
-
-
-_OPENERS: dict[str, Callable[..., Any]] = {}
-
-
-def provide(entry: str, opener: Callable[..., Any]) -> None:
-    """Register what `MemoryOS.session`, `MemoryOS.scheduler` or `MemoryOS.agent` opens.
-
-    The modules that provide them (`memos.session`, `memos.jobs`, `memos.agents`) use the facade,
-    so the facade cannot import them without a circle; the package root registers them
-    (`memos/__init__.py`), and an application may register its own."""
-    if entry not in ("session", "scheduler", "agent"):
-        raise ConfigError(f"MemoryOS has no entry point {entry!r}; known: session, scheduler, agent")
-    _OPENERS[entry] = opener
-
-
-def _opener(entry: str) -> Callable[..., Any]:
-    if entry not in _OPENERS:
-        raise ConfigError(f"nothing provides MemoryOS.{entry}(); `import memos` registers the defaults")
-    return _OPENERS[entry]
 
 
 def _search_statuses(include_inactive: bool, since: datetime | None, until: datetime | None) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # annotations only: `import memos` (and `memos --help`) stays
     from .memory import MemoryOS
     from .scope import Scope
 
-__all__ = ["ConflictDecision", "Insight", "ModelBackend", "model_backend", "register_backend"]
+__all__ = ["ConflictDecision", "Insight", "ModelBackend", "model_backend", "opener", "provide", "register_backend"]
 
 
 class Insight(Protocol):
@@ -88,3 +88,25 @@ def model_backend() -> ModelBackend:
         raise ConfigError("no model backend is registered: install memos-memory with its agents "
                           "(memos.agents) or call memos.model_backend.register_backend(...)")
     return _backend
+
+
+_OPENERS: dict[str, Callable[..., Any]] = {}
+
+
+def provide(entry: str, opener: Callable[..., Any]) -> None:
+    """Register what `MemoryOS.session`, `MemoryOS.scheduler` or `MemoryOS.agent` opens.
+
+    The modules that provide them (`memos.session`, `memos.jobs`, `memos.agents`) use the facade,
+    so the facade cannot import them without a circle; the package root registers them
+    (`memos/__init__.py`), and an application may register its own. This registry lives here,
+    not in the facade's module, so that registering costs no LanceDB import (`memos --help`)."""
+    if entry not in ("session", "scheduler", "agent"):
+        raise ConfigError(f"MemoryOS has no entry point {entry!r}; known: session, scheduler, agent")
+    _OPENERS[entry] = opener
+
+
+def opener(entry: str) -> Callable[..., Any]:
+    """What `provide` registered for `entry`."""
+    if entry not in _OPENERS:
+        raise ConfigError(f"nothing provides MemoryOS.{entry}(); `import memos` registers the defaults")
+    return _OPENERS[entry]

@@ -43,3 +43,19 @@ def test_job_kinds_in_the_help_are_the_schedulers():
     from memos.scheduler import JOB_KINDS
 
     assert KINDS_HELP == f"One of: {', '.join(JOB_KINDS)}."
+
+
+def test_help_and_the_package_import_load_no_storage_engine(tmp_path):
+    """`import memos` and `memos --help` load neither LanceDB nor the embedder: the facade's
+    names load on first use (the package's module __getattr__), the CLI's commands import
+    what they need when they run."""
+    code = (
+        "import sys\nimport memos\nfrom memos.cli import app\n"
+        "try:\n    app(['--help'])\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "print('LOADED', sorted(m for m in ('lancedb', 'lance', 'tiktoken', 'memos.memory', 'memos.storage') if m in sys.modules))\n"
+        "from memos import MemoryOS\n"
+        "print('LATER', MemoryOS.__module__, 'lancedb' in sys.modules)\n"
+    )
+    out = _python(code, tmp_path)
+    assert "LOADED []" in out.stdout, out.stdout
+    assert "LATER memos.memory True" in out.stdout

@@ -10,7 +10,6 @@ import typer
 
 from .._sync import run_sync
 from ..exceptions import RecordNotFoundError
-from ..graph import to_dot, to_mermaid
 from ..scope import Scope
 from ._app import DbOption, JsonOption, UserOption, emit_json, fail, guarded, open_existing
 from .jobs import inspect_app
@@ -27,6 +26,8 @@ def graph(
     as_json: JsonOption = False,
 ) -> None:
     """Entities and relations of a user: what is true now (or at --at), drawn as text, Mermaid or DOT."""
+    from ..graph import to_dot, to_mermaid
+
     memory = open_existing(db, embedder=None)
     scope = Scope(user)
     when = None
