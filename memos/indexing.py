@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 from lancedb.index import Bitmap, BTree, IvfHnswSq
 
 from .storage import Storage

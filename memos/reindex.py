@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 from lancedb.index import FTS
 
 from .embeddings import TextEmbedder

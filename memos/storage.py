@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 import lancedb
 import pyarrow as pa
 from lancedb.index import FTS

@@ -59,3 +59,19 @@ def test_help_and_the_package_import_load_no_storage_engine(tmp_path):
     out = _python(code, tmp_path)
     assert "LOADED []" in out.stdout, out.stdout
     assert "LATER memos.memory True" in out.stdout
+
+
+def test_lancedb_opens_stores_without_building_its_rest_client(tmp_path):
+    """LanceDB's REST namespace client (most of its import time) is deferred: a store opens, is
+    written and searched without it, and the client still loads the moment a name is asked of it."""
+    code = (
+        "from memos import MemoryOS, Scope\nfrom memos.memtypes import Fact\nfrom memos._lance import rest_client_loaded\n"
+        f"mem = MemoryOS.open_sync({str(tmp_path / 'db')!r}, embedder=None)\n"
+        "mem.add_sync(Scope('ann'), Fact(subject='ann', summary='ann keeps bees'))\n"
+        "print('HITS', len(mem.search_sync('bees', Scope('ann'), k=3)), 'CLIENT', rest_client_loaded())\n"
+        "import lance_namespace_urllib3_client as client\n"
+        "print('LATER', client.ApiClient.__name__, rest_client_loaded())\n"
+    )
+    out = _python(code, tmp_path)
+    assert "HITS 1 CLIENT False" in out.stdout, out.stdout + out.stderr
+    assert "LATER ApiClient True" in out.stdout
