@@ -11,15 +11,16 @@ or more characters matches wherever it stands in a clause, whatever the segmenta
 Why not the alternatives (measured on `tests/data/zh_conversation.json`, see README):
 LanceDB's n-gram tokenizer turns English into character n-grams too (no stemming, no stop
 words); its ICU tokenizer lost short English words (`cat`, `dog` matched nothing); a
-dictionary segmenter (jieba) adds a dependency and misses words its dictionary splits
-differently in the query and the text, which bigrams cannot miss.
+dictionary segmenter (jieba, measured through `rjieba`) misses words its dictionary splits
+differently in the query and the text (`半马用`), which bigrams cannot miss: its words in place
+of or beside the bigrams gave top-3 0.58-0.63 full-text only against the bigrams' 0.667.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["FORM", "MARK", "has_cjk", "index_form", "plain_text", "query_words"]
+__all__ = ["FORM", "MARK", "cjk_share", "has_cjk", "index_form", "plain_text", "query_words"]
 
 FORM = "cjk-bigrams-1"
 """The version of `index_form` a store's text column was written with (kept in its meta); a
@@ -49,6 +50,13 @@ _FUNCTION_BIGRAMS = frozenset({"时候", "多少", "为何", "如何", "一下",
 def has_cjk(text: str) -> bool:
     """Whether `text` holds any Chinese, Japanese or Korean character."""
     return _HAS_CJK.search(text) is not None
+
+
+def cjk_share(text: str) -> float:
+    """The share of `text`'s word characters that are CJK: 0 for English, 1 for plain Chinese,
+    between for a mixed query (`羽毛球 running` is 3 of 10)."""
+    chars = "".join(_WORD.findall(text))
+    return sum(1 for c in chars if _HAS_CJK.match(c)) / len(chars) if chars else 0.0
 
 
 def _pieces(word: str, *, unigrams: bool) -> list[str]:

