@@ -2,7 +2,7 @@
 
 Everything a user, an agent's tools or a background job does to memory goes through here,
 always inside one `Scope`. Every mutation appends to history. Vault secrets are encrypted
-before they reach a table and come back redacted; only `reveal` decrypts.
+before they reach a table and come back redacted; only `reveal` decrypts (`memos.vault`).
 """
 
 from __future__ import annotations
@@ -32,19 +32,8 @@ from .read_cache import FORGET, ReadCache
 from .storage import META, HistoryEntry, Storage, history_row
 from .telemetry import span
 from .tokens import Tokenizer, tokenizer_for
+from .vault import Vault, default_key_file
 
-
-def default_key_file(uri: str) -> Path:
-    """The per-store vault key file of the store at `uri` (see `MemoryOS.key_file`)."""
-    from .lease import local_path
-
-    local = local_path(uri)
-    if local is not None:
-        local = local.absolute()
-        return local.with_name(local.name + ".vault.key")
-    import hashlib
-
-    return Path.home() / ".config" / "memos" / "vaults" / (hashlib.sha256(uri.encode()).hexdigest()[:16] + ".key")
 
 __all__ = ["MemoryOS", "ScopedMemory", "default_key_file", "provide"]
 
@@ -52,7 +41,7 @@ log = logging.getLogger("memos")
 R = TypeVar("R", bound=MemoryRecord)
 TypeRef = str | type[MemoryRecord]
 
-_IMMUTABLE = {"id", "user_id", "agent_id", "session_id", "text", "created_at", "updated_at"}
+_IMMUTABLE = check.IMMUTABLE_FIELDS
 _BOOKKEEPING = {"status", "valid_from", "valid_to", "superseded_by", "source_ids", "tags", "importance",
                 "access_count", "last_accessed"}
 OCC_ATTEMPTS = 20
@@ -88,7 +77,8 @@ class MemoryOS:
         self.clock = clock
         self.ranking = ranking
         self.vault_key_file = vault_key_file
-        self._cipher: Any = None
+        self.vault = Vault(self, vault_key_file)
+        """The secrets: encryption at rest, reveal, key rotation, scrubbing (`memos.vault`)."""
         self.entity_links = False
         """Raw-mode ingestion links each turn to the entities it names (`memos.graph`,
         `memos.entity_extraction`). Off by default: on LOCOMO it did not move evidence recall
@@ -202,7 +192,7 @@ class MemoryOS:
         for record in items:
             clear = [getattr(record, f) for f in record.secret_fields if getattr(record, f)]
             if clear and record.source_ids:
-                await self._scrub_sources(scope, record, clear)
+                await self.vault.scrub_sources(scope, record, clear)
         return [self._redact(r) for group in prepared.values() for r in group]
 
     async def update(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str = "user") -> MemoryRecord:
@@ -223,9 +213,9 @@ class MemoryOS:
 
         async def attempt() -> MemoryRecord:
             record = await self._load(scope, memory_type, record_id)
-            revised = self._revalidate(record, {**changes, "updated_at": self._stamp(record)})
+            revised = self._revalidate(record, {**changes, "updated_at": self.stamp(record)})
             if record.secret_fields:
-                check.check_secret_not_exposed(revised, {f: self._clear_secret(revised, f, changes) for f in record.secret_fields})
+                check.check_secret_not_exposed(revised, {f: self.vault.clear_value(revised, f, changes) for f in record.secret_fields})
             updated = self._seal(revised, fresh=set(changes))
             await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record})
             return self._redact(updated)
@@ -247,7 +237,7 @@ class MemoryOS:
         async def close(old: MemoryRecord | None = old) -> None:
             old = old or await self._load(scope, memory_type, old_id)
             closed = self._revalidate(old, {"status": "superseded", "valid_to": now, "superseded_by": added.id,
-                                            "updated_at": self._stamp(old)})
+                                            "updated_at": self.stamp(old)})
             await self._write(old.memory_type, [closed], "supersede", actor, before={old.id: old}, vectors_from=old)
 
         try:
@@ -265,7 +255,7 @@ class MemoryOS:
 
         async def attempt() -> MemoryRecord:
             record = await self._load(scope, memory_type, record_id)
-            archived = self._revalidate(record, {"status": "archived", "updated_at": self._stamp(record)})
+            archived = self._revalidate(record, {"status": "archived", "updated_at": self.stamp(record)})
             await self._write(record.memory_type, [archived], "archive", actor, before={record.id: record}, vectors_from=record, note=note)
             return self._redact(archived)
 
@@ -391,7 +381,7 @@ class MemoryOS:
         if content:
             raise InvalidRecordError(f"restamp changes bookkeeping fields only; use update for {sorted(content)}")
         self.record_type(type(record))
-        changed = self._revalidate(record, {**changes, "updated_at": self._stamp(record)})
+        changed = self._revalidate(record, {**changes, "updated_at": self.stamp(record)})
         await self._write(record.memory_type, [changed], op, actor, before={record.id: record}, vectors_from=record, note=note)
         return changed
 
@@ -410,7 +400,7 @@ class MemoryOS:
     @staticmethod
     def associated_data(record: MemoryRecord) -> bytes:
         """What a secret of `record` is bound to when encrypted (its store, id and user)."""
-        return MemoryOS._aad(record)
+        return Vault.associated_data(record)
 
     async def record_job(self, scope: Scope, kind: str, outcome: dict[str, Any], *, actor: str, note: str) -> None:
         """Append a background run's outcome to history (`op="job"`): what `memos inspect jobs` shows."""
@@ -552,14 +542,7 @@ class MemoryOS:
                 if taken:
                     raise DuplicateIdError(taken[0]["id"])
 
-    def _clear_secret(self, record: MemoryRecord, field: str, changes: dict[str, Any]) -> str:
-        """A secret field's clear value: as just given, or the stored one decrypted."""
-        value = getattr(record, field)
-        if not value or field in changes:
-            return value or ""
-        return self.cipher().decrypt(value, self._aad(record))
-
-    def _stamp(self, record: MemoryRecord) -> datetime:
+    def stamp(self, record: MemoryRecord) -> datetime:
         """The `updated_at` of a new version of `record`: now, and always later than the version
         read, so the next conditional write can tell the two apart even under a stopped clock."""
         return max(self.clock(), record.updated_at + timedelta(microseconds=1))
@@ -591,169 +574,41 @@ class MemoryOS:
         return self.storage.type_table(name).to_record(rows[0])
 
     def _seal(self, record: R, fresh: set[str] | None = None) -> R:
-        """Set `text` from search_text() and encrypt secret fields that hold clear text."""
-        secrets = {}
-        for field in record.secret_fields:
-            value = getattr(record, field)
-            if value and (fresh is None or field in fresh):
-                secrets[field] = self.cipher().encrypt(value, self._aad(record))
-        sealed = record.model_copy(update=secrets)
+        """Encrypt secret fields that hold clear text (`Vault.seal`) and set `text` from search_text()."""
+        sealed = self.vault.seal(record, fresh)
         return sealed.model_copy(update={"text": sealed.search_text()})
 
     def _redact(self, record: R) -> R:
-        if not record.secret_fields:
-            return record
-        return record.model_copy(update={f: "" for f in record.secret_fields})
+        return self.vault.redact(record)
 
-    @staticmethod
-    def _aad(record: MemoryRecord) -> bytes:
-        return f"{record.memory_type}|{record.id}|{record.user_id}".encode()
+    # --- the vault: `memos.vault.Vault` does the work ------------------------------------
 
     def cipher(self) -> Any:
-        """The vault cipher (the key is loaded, or created, on first use)."""
-        if self._cipher is None:
-            from .crypto import VaultCipher, load_keys
-
-            keys = load_keys(self.key_file)
-            self._cipher = VaultCipher((*keys, *[k for k in self._legacy_keys() if k not in keys]))
-        return self._cipher
+        """The vault cipher (the key is loaded, or created, on first use; `Vault.cipher`)."""
+        return self.vault.cipher()
 
     @property
     def key_file(self) -> Path:
-        """The vault key file (used when MEMOS_VAULT_KEY is not set): the one passed to `open`, else
-        the store's own, `<store>.vault.key` beside a local store (`~/.config/memos/vaults/<hash>.key`
-        for a URI). One key per store: rotating one store never touches another's key."""
-        return self.vault_key_file or default_key_file(self.storage.uri)
-
-    def _legacy_keys(self) -> tuple[bytes, ...]:
-        """The key every store shared before keys were per store (`~/.config/memos/vault.key`),
-        decrypt only, for a store that still holds secrets made with it (a rotation moves them)."""
-        import os as _os
-
-        from .crypto import ENV_KEY, legacy_key_file, read_key_file
-
-        legacy = legacy_key_file()
-        if self.vault_key_file is not None or _os.environ.get(ENV_KEY) or not legacy.exists():
-            return ()
-        return (read_key_file(legacy),)
+        """The vault key file (`Vault.key_file`): the one passed to `open`, else the store's own."""
+        return self.vault.key_file
 
     async def rotate_vault_key(self, new_key: bytes | None = None) -> int:
-        """Re-encrypt every vault secret (all users) under a new key; returns the secrets re-encrypted.
-
-        Crash-safe: the new key is written beside the old one first (`<key>.next`, loaded with it),
-        every secret is re-encrypted, then the new key replaces the old. An interrupted rotation
-        is finished by running it again.
-        """
-        import os as _os
-
-        from .crypto import ENV_KEY, VaultCipher, generate_key, load_keys, load_or_create_key, pending_key_file, retire_key, write_key_file
-
-        if new_key is not None and (not isinstance(new_key, bytes) or len(new_key) != 32):
-            raise ConfigError("new_key must be 32 random bytes (or None to generate one)")
-        if _os.environ.get(ENV_KEY):
-            raise ConfigError(f"the vault key comes from ${ENV_KEY}; rotate with a key file (unset it), then export the new key")
-        keys = load_keys(self.key_file)
-        current = load_or_create_key(self.key_file)
-        pending = pending_key_file(self.key_file)
-        if new_key is None:
-            new_key = keys[0] if pending.exists() else generate_key()
-        write_key_file(pending, new_key)
-        cipher = VaultCipher((new_key, *[k for k in (*keys, *self._legacy_keys()) if k != new_key]))
-        done = 0
-        for name, record_type in self.types.items():
-            if not record_type.secret_fields:
-                continue
-            for _ in range(OCC_ATTEMPTS):  # a pass re-reads what another writer changed during the last one
-                stale = await self._reencrypt(name, cipher)
-                done += stale[0]
-                if not stale[1]:
-                    break
-            else:
-                raise RecordChangedError(name, [], 0)
-        write_key_file(self.key_file, new_key)
-        if self.vault_key_file is not None and current != new_key:
-            retire_key(self.key_file, current)  # another store may share this file: it can still open its secrets
-        pending.unlink(missing_ok=True)
-        self._cipher = None  # reloaded: the new key, retired ones, the legacy one
-        await self.storage.purge_old_versions()  # old ciphertexts leave the disk with the old key
-        return done
-
-    async def _reencrypt(self, name: str, cipher: Any) -> tuple[int, bool]:
-        """Re-encrypt the secrets of one store not yet under `cipher`'s key; (done, some changed meanwhile).
-        Each row is written only if it is still the version read (a concurrent update retries)."""
-        table = self.storage.type_table(name)
-        changed, read_at = [], {}
-        for row in await self.storage.rows(name, None):
-            record = table.to_record(row)
-            updates = {f: cipher.encrypt(cipher.decrypt(getattr(record, f), self._aad(record)), self._aad(record))
-                       for f in record.secret_fields if getattr(record, f) and not cipher.is_current(getattr(record, f))}
-            if updates:
-                changed.append(table.to_row(record.model_copy(update={**updates, "updated_at": self._stamp(record)}), row.get("vector")))
-                read_at[record.id] = record.updated_at
-        done, raced = 0, False
-        for start in range(0, len(changed), 500):
-            batch = changed[start : start + 500]
-            try:
-                await self.storage.update_rows(name, batch, read_at)
-                done += len(batch)
-            except RecordChangedError as exc:
-                done += exc.written
-                raced = True
-        return done, raced
+        """Re-encrypt every vault secret (all users) under a new key; returns the secrets re-encrypted
+        (`Vault.rotate_key`: crash-safe, an interrupted rotation is finished by running it again)."""
+        return await self.vault.rotate_key(new_key, attempts=OCC_ATTEMPTS)
 
     async def reveal(self, scope: Scope, record_id: str, *, approved_by: str, clearance: str = "high") -> str:
         """Decrypt a vault item's secret. Callers must have obtained approval; it is logged (without the value).
 
         `clearance` ("low" / "medium" / "high") is the most sensitive level this caller may see:
-        an item above it is refused (`VaultAccessError`) and the refusal is logged too.
+        an item above it is refused (`VaultAccessError`) and the refusal is logged too (`Vault.reveal`).
         """
-        from .crypto import SENSITIVITY, VaultAccessError
+        return await self.vault.reveal(scope, record_id, approved_by=approved_by, clearance=clearance)
 
-        check.check_scope(scope)
-        validate_value(approved_by, "approved_by")
-        if not isinstance(clearance, str) or clearance not in SENSITIVITY:
-            raise ConfigError(f"clearance must be one of {list(SENSITIVITY)}, got {clearance!r}")
-        record = await self._load(scope, "vault", record_id)
-        level = getattr(record, "sensitivity", "high")
-        if SENSITIVITY[level] > SENSITIVITY[clearance]:
-            await self.storage.append_history([history_row("reveal", record, approved_by, None, None, self.clock(),
-                                                           note=f"refused: {level} item, {clearance} clearance")])
-            raise VaultAccessError(f"vault item {record.id} is {level} sensitivity; this caller's clearance is {clearance}")
-        value = self.cipher().decrypt(record.secret, self._aad(record)) if record.secret else ""
-        await self.storage.append_history([history_row("reveal", record, approved_by, None, None, self.clock(), note="secret revealed")])
-        return value
-
-    async def _scrub_sources(self, scope: Scope, item: MemoryRecord, secrets: list[str]) -> None:
-        """A secret just stored in the vault leaves the records it came from (e.g. the chat turn
-        that said it) and the records that carry it only as keyword context (the turn after it):
-        their text, vectors, index entries, history and old table versions. A record whose own
-        content holds the same string is the user's other data and is left alone."""
-        marker = f"[{item.memory_type} item {item.id}]"
-        sources = set(item.source_ids)
-        for name, record_type in self.types.items():
-            if record_type.secret_fields:
-                continue
-            user = Scope(scope.user_id)
-            indexed = await self.storage.rows(name, Where(user).build(), columns=["id", "text"])
-            holders = sources | {r["id"] for r in indexed if r["text"] and any(x in r["text"] for x in secrets)}
-            if not holders:
-                continue
-            rows = await self.storage.rows(name, Where(user).id_in(sorted(holders)).build())
-            table = self.storage.type_table(name)
-            for record in (table.to_record(r) for r in rows):
-                if record.id not in sources and any(x in record.index_text() for x in secrets):
-                    continue
-                changes = {f: _replace_all(v, secrets, marker) for f, v in record.model_dump().items()
-                           if isinstance(v, str) and f not in _IMMUTABLE and any(x in v for x in secrets)}
-                if not changes:
-                    continue
-                owner = Scope(record.user_id, record.agent_id, record.session_id)
-                await self.update(owner, name, record.id, changes, actor="vault")
-                rows = await self.storage.raw_history(Where(owner).eq("record_id", record.id).build())
-                await self.storage.rewrite_history([
-                    {**r, "before": _replace_in_json(r["before"], secrets, marker), "after": _replace_in_json(r["after"], secrets, marker)}
-                    for r in rows])
-                await self.storage.purge_old_versions(name)
+    async def stored(self, scope: Scope, memory_type: TypeRef, record_id: str) -> MemoryRecord:
+        """One record as stored, secret fields still encrypted (the vault decrypts from it; never
+        hand it to a model). `RecordNotFoundError` if it is not in `scope`."""
+        return await self._load(scope, memory_type, record_id)
 
     async def _write(
         self, name: str, records: list[MemoryRecord], op: str, actor: str, *,
@@ -799,29 +654,6 @@ def _search_statuses(include_inactive: bool, since: datetime | None, until: date
     return ("active", "superseded") if since is not None or until is not None else ("active",)
 
 
-def _replace_all(text: str | None, secrets: list[str], marker: str) -> str | None:
-    for secret in secrets:
-        text = text.replace(secret, marker) if text else text
-    return text
-
-
-def _replace_in_json(text: str | None, secrets: list[str], marker: str) -> str | None:
-    """`_replace_all` inside the string values of a JSON document (it stays valid JSON)."""
-    if not text:
-        return text
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, str):
-            return _replace_all(value, secrets, marker)
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        if isinstance(value, dict):
-            return {walk(k): walk(v) for k, v in value.items()}
-        return value
-
-    return json.dumps(walk(json.loads(text)), default=str)
-
-
 def _count_added(scope: Scope, statuses: tuple[str, ...] | None) -> Callable[[int, Sequence[dict[str, Any]]], int]:
     """A remembered count carried past an add: plus the added rows it counts."""
     def rule(count: int, added: Sequence[dict[str, Any]]) -> int:
@@ -850,7 +682,7 @@ def _audit(record: MemoryRecord | None) -> dict[str, Any] | None:
 
 
 _UNSCOPED = {"record_type", "scoped", "cipher", "open", "scheduler", "agent", "restamp", "embed_documents",
-             "associated_data", "state", "set_state", "delete_state", "check_versions"}
+             "associated_data", "state", "set_state", "delete_state", "check_versions", "stamp"}
 """Facade methods that take no scope: a scoped view passes them through unchanged."""
 
 

@@ -22,6 +22,7 @@ from .exceptions import DuplicateIdError, InvalidFilterError, InvalidRecordError
 from .scope import Scope, validate_record_id, validate_value
 
 __all__ = [
+    "IMMUTABLE_FIELDS",
     "MAX_BATCH",
     "MAX_BUDGET_TOKENS",
     "MAX_K",
@@ -42,6 +43,9 @@ __all__ = [
     "check_time",
     "describe_errors",
 ]
+
+IMMUTABLE_FIELDS = frozenset({"id", "user_id", "agent_id", "session_id", "text", "created_at", "updated_at"})
+"""Fields an update never changes: identity, scope, the derived index text and the timestamps."""
 
 MAX_TEXT_CHARS = 1_000_000
 """The longest value of any text field of a record (the records' own pydantic limit)."""

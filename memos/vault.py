@@ -1,0 +1,270 @@
+"""The vault: secrets encrypted at rest, revealed only on approval, rotated, scrubbed from where they came.
+
+A memory type declares its secret fields (`secret_fields`, the built-in `VaultItem` has one).
+`Vault` is the only place that sees them in clear:
+
+- `seal` encrypts a secret field before a record reaches a table, bound to the record's store,
+  id and user (`associated_data`), so a ciphertext copied onto another record does not open;
+- `redact` blanks secret fields in everything the facade hands out (search hits included);
+- `reveal` decrypts one item for a caller with approval and clearance, and writes a history row
+  either way (never the value);
+- `rotate_key` re-encrypts every secret under a new key, crash-safe;
+- `scrub_sources` takes a secret just stored out of the records it came from (the chat turn that
+  said it) and out of their history and old table versions.
+
+The key comes from `$MEMOS_VAULT_KEY` or a key file, one per store (`memos.crypto`). The facade
+(`memos.memory.MemoryOS`) owns one `Vault` and delegates to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from memos.memtypes import MemoryRecord
+
+from . import validation as check
+from .exceptions import ConfigError, RecordChangedError
+from .scope import Scope, Where, validate_value
+from .storage import history_row
+
+if TYPE_CHECKING:
+    from .crypto import VaultCipher
+    from .memory import MemoryOS
+
+__all__ = ["Vault", "default_key_file"]
+
+R = TypeVar("R", bound=MemoryRecord)
+
+
+def default_key_file(uri: str) -> Path:
+    """The per-store vault key file of the store at `uri` (see `Vault.key_file`)."""
+    from .lease import local_path
+
+    local = local_path(uri)
+    if local is not None:
+        local = local.absolute()
+        return local.with_name(local.name + ".vault.key")
+    import hashlib
+
+    return Path.home() / ".config" / "memos" / "vaults" / (hashlib.sha256(uri.encode()).hexdigest()[:16] + ".key")
+
+
+class Vault:
+    """The secrets of one store (see the module docstring)."""
+
+    def __init__(self, memory: MemoryOS, key_file: Path | None) -> None:
+        self.memory = memory
+        self.configured_key_file = key_file
+        """The key file passed to `MemoryOS.open` (None: the store's own)."""
+        self._cipher: VaultCipher | None = None
+
+    # --- keys ----------------------------------------------------------------------------
+
+    @property
+    def key_file(self) -> Path:
+        """The vault key file (used when MEMOS_VAULT_KEY is not set): the one passed to `open`, else
+        the store's own, `<store>.vault.key` beside a local store (`~/.config/memos/vaults/<hash>.key`
+        for a URI). One key per store: rotating one store never touches another's key."""
+        return self.configured_key_file or default_key_file(self.memory.storage.uri)
+
+    def cipher(self) -> VaultCipher:
+        """The cipher (the key is loaded, or created, on first use)."""
+        if self._cipher is None:
+            from .crypto import VaultCipher, load_keys
+
+            keys = load_keys(self.key_file)
+            self._cipher = VaultCipher((*keys, *[k for k in self._legacy_keys() if k not in keys]))
+        return self._cipher
+
+    def _legacy_keys(self) -> tuple[bytes, ...]:
+        """The key every store shared before keys were per store (`~/.config/memos/vault.key`),
+        decrypt only, for a store that still holds secrets made with it (a rotation moves them)."""
+        from .crypto import ENV_KEY, legacy_key_file, read_key_file
+
+        legacy = legacy_key_file()
+        if self.configured_key_file is not None or os.environ.get(ENV_KEY) or not legacy.exists():
+            return ()
+        return (read_key_file(legacy),)
+
+    # --- records -------------------------------------------------------------------------
+
+    @staticmethod
+    def associated_data(record: MemoryRecord) -> bytes:
+        """What a secret of `record` is bound to when encrypted (its store, id and user)."""
+        return f"{record.memory_type}|{record.id}|{record.user_id}".encode()
+
+    def seal(self, record: R, fresh: set[str] | None = None) -> R:
+        """`record` with its secret fields encrypted: all that hold a value, or only those in `fresh`
+        (an update: the others are already ciphertext)."""
+        secrets = {}
+        for field in record.secret_fields:
+            value = getattr(record, field)
+            if value and (fresh is None or field in fresh):
+                secrets[field] = self.cipher().encrypt(value, self.associated_data(record))
+        return record.model_copy(update=secrets) if secrets else record
+
+    @staticmethod
+    def redact(record: R) -> R:
+        """`record` with its secret fields blanked: how every record leaves the kernel."""
+        if not record.secret_fields:
+            return record
+        return record.model_copy(update={f: "" for f in record.secret_fields})
+
+    def clear_value(self, record: MemoryRecord, field: str, changes: dict[str, Any]) -> str:
+        """A secret field's clear value: as just given in `changes`, or the stored one decrypted."""
+        value = getattr(record, field)
+        if not value or field in changes:
+            return value or ""
+        return self.cipher().decrypt(value, self.associated_data(record))
+
+    async def reveal(self, scope: Scope, record_id: str, *, approved_by: str, clearance: str = "high") -> str:
+        """Decrypt a vault item's secret. Callers must have obtained approval; it is logged (without the value).
+
+        `clearance` ("low" / "medium" / "high") is the most sensitive level this caller may see:
+        an item above it is refused (`VaultAccessError`) and the refusal is logged too.
+        """
+        from .crypto import SENSITIVITY, VaultAccessError
+
+        check.check_scope(scope)
+        validate_value(approved_by, "approved_by")
+        if not isinstance(clearance, str) or clearance not in SENSITIVITY:
+            raise ConfigError(f"clearance must be one of {list(SENSITIVITY)}, got {clearance!r}")
+        record = await self.memory.stored(scope, "vault", record_id)
+        level = getattr(record, "sensitivity", "high")
+        storage, now = self.memory.storage, self.memory.clock()
+        if SENSITIVITY[level] > SENSITIVITY[clearance]:
+            await storage.append_history([history_row("reveal", record, approved_by, None, None, now,
+                                                      note=f"refused: {level} item, {clearance} clearance")])
+            raise VaultAccessError(f"vault item {record.id} is {level} sensitivity; this caller's clearance is {clearance}")
+        secret = getattr(record, "secret", "")
+        value = self.cipher().decrypt(secret, self.associated_data(record)) if secret else ""
+        await storage.append_history([history_row("reveal", record, approved_by, None, None, now, note="secret revealed")])
+        return value
+
+    # --- rotation ------------------------------------------------------------------------
+
+    async def rotate_key(self, new_key: bytes | None = None, *, attempts: int = 20) -> int:
+        """Re-encrypt every secret (all users) under a new key; returns the secrets re-encrypted.
+
+        Crash-safe: the new key is written beside the old one first (`<key>.next`, loaded with it),
+        every secret is re-encrypted, then the new key replaces the old. An interrupted rotation
+        is finished by running it again.
+        """
+        from .crypto import ENV_KEY, VaultCipher, generate_key, load_keys, load_or_create_key, pending_key_file, retire_key, write_key_file
+
+        if new_key is not None and (not isinstance(new_key, bytes) or len(new_key) != 32):
+            raise ConfigError("new_key must be 32 random bytes (or None to generate one)")
+        if os.environ.get(ENV_KEY):
+            raise ConfigError(f"the vault key comes from ${ENV_KEY}; rotate with a key file (unset it), then export the new key")
+        keys = load_keys(self.key_file)
+        current = load_or_create_key(self.key_file)
+        pending = pending_key_file(self.key_file)
+        if new_key is None:
+            new_key = keys[0] if pending.exists() else generate_key()
+        write_key_file(pending, new_key)
+        cipher = VaultCipher((new_key, *[k for k in (*keys, *self._legacy_keys()) if k != new_key]))
+        done = 0
+        for name, record_type in self.memory.types.items():
+            if not record_type.secret_fields:
+                continue
+            for _ in range(attempts):  # a pass re-reads what another writer changed during the last one
+                stale = await self._reencrypt(name, cipher)
+                done += stale[0]
+                if not stale[1]:
+                    break
+            else:
+                raise RecordChangedError(name, [], 0)
+        write_key_file(self.key_file, new_key)
+        if self.configured_key_file is not None and current != new_key:
+            retire_key(self.key_file, current)  # another store may share this file: it can still open its secrets
+        pending.unlink(missing_ok=True)
+        self._cipher = None  # reloaded: the new key, retired ones, the legacy one
+        await self.memory.storage.purge_old_versions()  # old ciphertexts leave the disk with the old key
+        return done
+
+    async def _reencrypt(self, name: str, cipher: VaultCipher) -> tuple[int, bool]:
+        """Re-encrypt the secrets of one store not yet under `cipher`'s key; (done, some changed meanwhile).
+        Each row is written only if it is still the version read (a concurrent update retries)."""
+        storage = self.memory.storage
+        table = storage.type_table(name)
+        changed, read_at = [], {}
+        for row in await storage.rows(name, None):
+            record = table.to_record(row)
+            aad = self.associated_data(record)
+            updates = {f: cipher.encrypt(cipher.decrypt(getattr(record, f), aad), aad)
+                       for f in record.secret_fields if getattr(record, f) and not cipher.is_current(getattr(record, f))}
+            if updates:
+                changed.append(table.to_row(record.model_copy(update={**updates, "updated_at": self.memory.stamp(record)}),
+                                            row.get("vector")))
+                read_at[record.id] = record.updated_at
+        done, raced = 0, False
+        for start in range(0, len(changed), 500):
+            batch = changed[start : start + 500]
+            try:
+                await storage.update_rows(name, batch, read_at)
+                done += len(batch)
+            except RecordChangedError as exc:
+                done += exc.written
+                raced = True
+        return done, raced
+
+    # --- scrubbing -----------------------------------------------------------------------
+
+    async def scrub_sources(self, scope: Scope, item: MemoryRecord, secrets: list[str]) -> None:
+        """A secret just stored in the vault leaves the records it came from (e.g. the chat turn
+        that said it) and the records that carry it only as keyword context (the turn after it):
+        their text, vectors, index entries, history and old table versions. A record whose own
+        content holds the same string is the user's other data and is left alone."""
+        memory, storage = self.memory, self.memory.storage
+        marker = f"[{item.memory_type} item {item.id}]"
+        sources = set(item.source_ids)
+        for name, record_type in memory.types.items():
+            if record_type.secret_fields:
+                continue
+            user = Scope(scope.user_id)
+            indexed = await storage.rows(name, Where(user).build(), columns=["id", "text"])
+            holders = sources | {r["id"] for r in indexed if r["text"] and any(x in r["text"] for x in secrets)}
+            if not holders:
+                continue
+            rows = await storage.rows(name, Where(user).id_in(sorted(holders)).build())
+            table = storage.type_table(name)
+            for record in (table.to_record(r) for r in rows):
+                if record.id not in sources and any(x in record.index_text() for x in secrets):
+                    continue
+                changes = {f: _replace_all(v, secrets, marker) for f, v in record.model_dump().items()
+                           if isinstance(v, str) and f not in check.IMMUTABLE_FIELDS and any(x in v for x in secrets)}
+                if not changes:
+                    continue
+                owner = Scope(record.user_id, record.agent_id, record.session_id)
+                await memory.update(owner, name, record.id, changes, actor="vault")
+                rows = await storage.raw_history(Where(owner).eq("record_id", record.id).build())
+                await storage.rewrite_history([
+                    {**r, "before": _replace_in_json(r["before"], secrets, marker), "after": _replace_in_json(r["after"], secrets, marker)}
+                    for r in rows])
+                await storage.purge_old_versions(name)
+
+
+def _replace_all(text: str | None, secrets: list[str], marker: str) -> str | None:
+    for secret in secrets:
+        text = text.replace(secret, marker) if text else text
+    return text
+
+
+def _replace_in_json(text: str | None, secrets: list[str], marker: str) -> str | None:
+    """`_replace_all` inside the string values of a JSON document (it stays valid JSON)."""
+    if not text:
+        return text
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return _replace_all(value, secrets, marker)
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return {walk(k): walk(v) for k, v in value.items()}
+        return value
+
+    return json.dumps(walk(json.loads(text)), default=str)
