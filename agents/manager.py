@@ -238,10 +238,8 @@ class MemoryManager:
             merged = self._build(record_type, action.fields, sources).model_copy(
                 update={"importance": max([o.importance for o in olds])})
             [stored] = await self.memory.add(self.scope, merged, actor=ACTOR)
-            now = self.memory.clock()
-            for old in olds:
-                await self.memory.update(_scope_of(old), action.store, old.id,
-                                         {"status": "superseded", "superseded_by": stored.id, "valid_to": now}, actor=ACTOR)
+            for old in olds:  # what consolidation leaves behind too (memos.merging): archived, linked, tagged "merged"
+                await self.memory.merge_into(_scope_of(old), action.store, old.id, stored.id, actor=ACTOR, reason="memory manager")
             report.written.append(("merge", action.store, stored.id))
 
 

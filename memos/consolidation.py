@@ -4,6 +4,9 @@ Planning is pure (`plan_consolidation` takes records and vectors, returns a
 `ConsolidationPlan`); `apply_plan` carries a plan out through `MemoryOS`, so every change is
 in history and nothing is deleted:
 
+Merges and supersedes leave the records `memos.merging` describes, the same the memory manager
+leaves behind:
+
 - **merge**: records of one store and scope with the same normalized text, or with cosine
   similarity >= `similarity` (near-duplicates), form a group. The survivor is the one with the
   best importance (then the oldest); it keeps the union of provenance (`source_ids`), tags and
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from .scope import Scope
 
 from .exceptions import RecordChangedError
+from .merging import MERGE, SUPERSEDE, merge_note, merged_marks, superseded_marks
 
 __all__ = [
     "ConsolidationPlan",
@@ -296,14 +300,13 @@ async def apply_plan(memory: MemoryOS, scope: Scope, plan: ConsolidationPlan, *,
             "source_ids": list(dict.fromkeys(s for r in members for s in r.source_ids)),
             "tags": list(dict.fromkeys(t for r in members for t in r.tags)),
             "access_count": sum(r.access_count for r in members),
-        }, op="merge", actor=actor, note=f"survivor of {len(others)} duplicates")
+        }, op=MERGE, actor=actor, note=f"survivor of {len(others)} duplicates")
         if kept is None:  # the survivor changed under us: the next run decides again
             done["skipped"] += len(others)
             continue
         for other in others:
-            if await mark(memory, scope, name, other,
-                          {"status": "archived", "superseded_by": survivor.id, "tags": list(dict.fromkeys([*other.tags, "merged"]))},
-                          op="merge", actor=actor, note=f"merged into {survivor.id} ({merge.reason})") is None:
+            if await mark(memory, scope, name, other, merged_marks(other, survivor.id),
+                          op=MERGE, actor=actor, note=merge_note(survivor.id, merge.reason)) is None:
                 done["skipped"] += 1
                 continue
             done["merged"] += 1
@@ -313,8 +316,8 @@ async def apply_plan(memory: MemoryOS, scope: Scope, plan: ConsolidationPlan, *,
             done["skipped"] += 1
             continue
         old, new = current[sup.old_id], current[sup.new_id]
-        if await mark(memory, scope, name, old, {"status": "superseded", "valid_to": sup.valid_to, "superseded_by": new.id},
-                      op="supersede", actor=actor, note=sup.reason) is None:
+        if await mark(memory, scope, name, old, superseded_marks(new.id, sup.valid_to),
+                      op=SUPERSEDE, actor=actor, note=sup.reason) is None:
             done["skipped"] += 1
             continue
         if new.valid_from is None:

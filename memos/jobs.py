@@ -34,9 +34,8 @@ from ._sync import run_sync
 from .consolidation import ConsolidationPlan, Merge, Supersede, apply_plan, normalize_text, plan_consolidation
 from .decay import DecayPolicy, apply_decay
 from .exceptions import ConfigError, MemosError
-from .maintenance import maintain
 from .model_backend import model_backend
-from .scope import Scope, Where
+from .scope import Scope
 from .storage import is_conflict
 from .telemetry import span
 
@@ -108,10 +107,7 @@ async def reflection_state(memory: MemoryOS, scope: Scope, meta: dict[str, str] 
 
 
 async def _new_episodes(memory: MemoryOS, scope: Scope, since: datetime | None) -> list[MemoryRecord]:
-    where = Where(scope).status_in(("active",)).time_range("created_at", since + timedelta(microseconds=1) if since else None, None)
-    rows = await memory.storage.rows(memory.turn_type, where.build())
-    table = memory.storage.type_table(memory.turn_type)
-    return sorted((table.to_record(r) for r in rows), key=lambda r: (r.created_at, r.id))
+    return await memory.added_since(scope, memory.turn_type, since)
 
 
 async def reflect(memory: MemoryOS, scope: Scope, *, model: Any = None, policy: ReflectionPolicy = ReflectionPolicy(),
@@ -204,7 +200,7 @@ async def decay(memory: MemoryOS, scope: Scope, *, policy: DecayPolicy = DecayPo
 
 async def maintain_tables(memory: MemoryOS, scope: Scope | None = None, *, min_rows: int | None = None) -> dict[str, Any]:
     """Compact the tables and build the indexes they need (store-wide; the scope only labels the run)."""
-    return await maintain(memory.storage, min_rows=min_rows)
+    return await memory.maintain(min_rows=min_rows)
 
 
 def _decay_policy(options: dict[str, Any]) -> DecayPolicy:
@@ -235,7 +231,7 @@ async def run_job(memory: MemoryOS, kind: str, scope: Scope, *, model: Any = Non
     started = memory.clock()
     clock_start = time.perf_counter()
     outcome: dict[str, Any] = {"job": kind, "scope": str(scope), "started_at": started.isoformat(), "errors": []}
-    await refresh_tables(memory.storage)
+    await memory.refresh()
     with span("memos.job", job=kind, user_id=scope.user_id):
         try:
             if kind == "reflect":
@@ -270,16 +266,12 @@ async def refresh_tables(storage: Storage) -> None:
     LanceDB handles opened without a read-consistency interval stay on the version they
     loaded; a worker that runs for hours would otherwise consolidate a stale snapshot.
     """
-    for table in [*(t.table for t in storage.tables.values()), storage.history, storage.meta]:
-        await table.checkout_latest()
+    await storage.refresh()
 
 
 async def job_history(memory: MemoryOS, scope: Scope | None = None, *, kind: str | None = None, limit: int | None = 20) -> list[dict[str, Any]]:
     """The newest job outcomes (oldest first), optionally for one scope and kind."""
-    where = Where(scope).eq("op", "job")
-    if kind:
-        where.eq("record_id", kind)
-    entries = await memory.storage.history_rows(where.build())
+    entries = await memory.job_rows(scope, kind=kind)
     out = [{**(e.after or {}), "at": e.at.isoformat(), "actor": e.actor, "note": e.note} for e in entries]
     return out[-limit:] if limit else out
 
@@ -297,21 +289,21 @@ def open_scheduler(memory: MemoryOS, *, model: Any = None, mode: str = "thread",
     from .scheduler import MemoryScheduler
 
     register_live(memory, model)
-    return MemoryScheduler(memory.storage.uri, jobs_url=jobs_url, clock=clock or memory.clock, mode=mode).start()
+    return MemoryScheduler(memory.uri, jobs_url=jobs_url, clock=clock or memory.clock, mode=mode).start()
 
 
 def register_live(memory: MemoryOS, model: Any = None) -> None:
     """Let scheduled jobs for `memory`'s URI use this open instance (and model) instead of opening the store."""
     from .scheduler import canonical_uri
 
-    _LIVE[canonical_uri(memory.storage.uri)] = (memory, model)
+    _LIVE[canonical_uri(memory.uri)] = (memory, model)
 
 
 def unregister_live(memory: MemoryOS) -> None:
     """Undo `register_live` (when the worker or the in-process scheduler stops)."""
     from .scheduler import canonical_uri
 
-    key = canonical_uri(memory.storage.uri)
+    key = canonical_uri(memory.uri)
     if _LIVE.get(key, (None,))[0] is memory:
         del _LIVE[key]
 

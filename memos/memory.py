@@ -24,6 +24,7 @@ from ._sync import with_sync_methods
 from .embeddings import TextEmbedder, resolve_embedder
 from .exceptions import ConfigError, DuplicateIdError, InvalidRecordError, RecordChangedError, RecordNotFoundError, UnknownMemoryTypeError
 from .ingest import Message, episodes_from_messages
+from .merging import MERGE, SUPERSEDE, merge_note, merged_marks, superseded_marks
 from .model_backend import opener, provide
 from .ranking import Hit, RankingPolicy
 from .retrieval import SearchRequest, search
@@ -236,15 +237,31 @@ class MemoryOS:
 
         async def close(old: MemoryRecord | None = old) -> None:
             old = old or await self._load(scope, memory_type, old_id)
-            closed = self._revalidate(old, {"status": "superseded", "valid_to": now, "superseded_by": added.id,
-                                            "updated_at": self.stamp(old)})
-            await self._write(old.memory_type, [closed], "supersede", actor, before={old.id: old}, vectors_from=old)
+            closed = self._revalidate(old, {**superseded_marks(added.id, now), "updated_at": self.stamp(old)})
+            await self._write(old.memory_type, [closed], SUPERSEDE, actor, before={old.id: old}, vectors_from=old)
 
         try:
             await close()
         except RecordChangedError:  # changed since it was read: close the fresh copy
             await self._optimistic(lambda: close(None))
         return added
+
+    async def merge_into(self, scope: Scope, memory_type: TypeRef, record_id: str, survivor_id: str, *, actor: str = "user",
+                         reason: str = "duplicate") -> MemoryRecord:
+        """Merge a record into another that says the same (`memos.merging`): it is archived,
+        linked to `survivor_id` and tagged `merged`, in history as op "merge". Its text and
+        vector are kept. Re-applied to a record another writer changed meanwhile."""
+        check.check_scope(scope)
+        validate_record_id(survivor_id)
+        validate_value(actor, "actor")
+
+        async def attempt() -> MemoryRecord:
+            record = await self._load(scope, memory_type, record_id)
+            marked = await self.restamp(record, merged_marks(record, survivor_id), op=MERGE, actor=actor,
+                                        note=merge_note(survivor_id, reason))
+            return self._redact(marked)
+
+        return await self._optimistic(attempt)
 
     async def archive(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user", note: str | None = None) -> MemoryRecord:
         """Take a record out of retrieval without deleting it (status "archived")."""
@@ -321,10 +338,11 @@ class MemoryOS:
         where = Where(scope).status_in(statuses).build()
         known = {name: self.reads.get(("count", name, scope, status)) if cached else FORGET for name in self.types}
         missing = [name for name, value in known.items() if value is FORGET]
+        at = {name: self.reads.at(name) for name in missing}
         counted = await asyncio.gather(*(self.storage.count(name, where) for name in missing))  # one round trip
         for name, value in zip(missing, counted, strict=True):
             known[name] = value
-            self.reads.put(("count", name, scope, status), name, value, _count_added(scope, statuses))
+            self.reads.put(("count", name, scope, status), name, value, _count_added(scope, statuses), at=at[name])
         return known
 
     async def list_in(self, scopes: Sequence[Scope], memory_type: TypeRef, *,
@@ -339,9 +357,10 @@ class MemoryOS:
         either = " OR ".join(f"({Where(s).build()})" for s in scopes)
         where = Where().raw(f"({either})").status_in(statuses).build()
         table = self.storage.type_table(record_type.memory_type)
+        at = self.reads.at(record_type.memory_type)
         rows = await self.storage.rows(record_type.memory_type, where)
         records = [self._redact(r) for r in sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))]
-        self.reads.put(key, record_type.memory_type, records, _unless_added(scopes, statuses))
+        self.reads.put(key, record_type.memory_type, records, _unless_added(scopes, statuses), at=at)
         return list(records)
 
     @property
@@ -402,6 +421,99 @@ class MemoryOS:
         """What a secret of `record` is bound to when encrypted (its store, id and user)."""
         return Vault.associated_data(record)
 
+    @property
+    def uri(self) -> str:
+        """Where this memory is stored (a directory or a LanceDB URI)."""
+        return self.storage.uri
+
+    async def stored_in(self, scope: Scope, memory_type: TypeRef) -> list[MemoryRecord]:
+        """Every record of one store in `scope`, any status, as stored: secret fields are the
+        ciphertext (what an export carries). Never hand these to a model."""
+        name = self.record_type(memory_type).memory_type
+        table = self.storage.type_table(name)
+        return [table.to_record(row) for row in await self.storage.rows(name, Where(check.check_scope(scope)).build())]
+
+    async def put_stored(self, memory_type: TypeRef, records: Sequence[MemoryRecord]) -> None:
+        """Write records as they are: ids kept (a record already stored under its id is replaced),
+        secret fields as given (already ciphertext), embedded here. No history row is written:
+        this restores what an export carried, and its history comes with it (`restore_history`)."""
+        name = self.record_type(memory_type).memory_type
+        table = self.storage.type_table(name)
+        vectors = await self._vectors([r.index_text() for r in records])
+        await self.storage.upsert_rows(name, [table.to_row(r.model_copy(update={"text": r.search_text()}), v)
+                                              for r, v in zip(records, vectors, strict=True)])
+
+    async def raw_history(self, scope: Scope | None = None, *, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """History rows as stored (before/after as JSON text): every row of `scope`, or of all
+        scopes, narrowed to the rows with these `ids` when given."""
+        where = Where(check.check_scope(scope) if scope is not None else None)
+        if ids is not None:
+            if not ids:
+                return []
+            where.id_in(list(ids))
+        return await self.storage.raw_history(where.build() or "true")
+
+    async def restore_history(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Write history rows as given (an import's audit trail), replacing rows with the same id."""
+        await self.storage.rewrite_history(list(rows))
+
+    async def id_owners(self, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """The store and user holding each of `ids`, in any store (an id held by none is left out)."""
+        owners: dict[str, tuple[str, str]] = {}
+        for start in range(0, len(ids), 1000):
+            chunk = list(ids[start : start + 1000])
+            for name in self.types:
+                for row in await self.storage.rows(name, Where().id_in(chunk).build(), columns=["id", "user_id"]):
+                    owners[row["id"]] = (name, row["user_id"])
+        return owners
+
+    async def erase(self, scope: Scope) -> dict[str, int]:
+        """Delete every record and history row of `scope` for real, in every store, then rebuild
+        the full-text indexes and purge old table versions so nothing of it stays on disk.
+        Returns how many were removed per store (and "history")."""
+        where = Where(check.check_scope(scope)).build()
+        assert where is not None
+        removed: dict[str, int] = {}
+        for name in self.types:
+            removed[name] = await self.storage.count(name, where)
+            await self.storage.delete_rows(name, where)
+            await self.storage.rebuild_text_index(name)
+        removed["history"] = len(await self.storage.raw_history(where))
+        await self.storage.delete_history(where)
+        return removed
+
+    async def purge(self) -> bool:
+        """Drop every old table version now (`Storage.purge_old_versions`); False if it was deferred."""
+        return await self.storage.purge_old_versions()
+
+    async def added_since(self, scope: Scope, memory_type: TypeRef, since: datetime | None) -> list[MemoryRecord]:
+        """Active records of one store in `scope` added after `since` (their `created_at`; all
+        when None), oldest first by when they were added."""
+        name = self.record_type(memory_type).memory_type
+        where = Where(check.check_scope(scope)).status_in(("active",)).time_range(
+            "created_at", since + timedelta(microseconds=1) if since else None, None)
+        table = self.storage.type_table(name)
+        records = sorted((table.to_record(r) for r in await self.storage.rows(name, where.build())), key=lambda r: (r.created_at, r.id))
+        return [self._redact(r) for r in records]
+
+    async def job_rows(self, scope: Scope | None = None, *, kind: str | None = None) -> list[HistoryEntry]:
+        """The history rows of background runs (`record_job`), oldest first: of `scope` (all when
+        None), of one `kind` when given."""
+        where = Where(check.check_scope(scope) if scope is not None else None).eq("op", "job")
+        if kind:
+            where.eq("record_id", kind)
+        return await self.storage.history_rows(where.build())
+
+    async def refresh(self) -> None:
+        """Look at every table's latest version now (`Storage.refresh`): a long job sees other processes' writes."""
+        await self.storage.refresh()
+
+    async def maintain(self, *, min_rows: int | None = None) -> dict[str, Any]:
+        """Compact every table and build the indexes it needs (`memos.maintenance.maintain`)."""
+        from .maintenance import maintain
+
+        return await maintain(self.storage, min_rows=min_rows)
+
     async def record_job(self, scope: Scope, kind: str, outcome: dict[str, Any], *, actor: str, note: str) -> None:
         """Append a background run's outcome to history (`op="job"`): what `memos inspect jobs` shows."""
         await self.storage.append_history([{
@@ -414,8 +526,9 @@ class MemoryOS:
         (`cached` as for `counts`)."""
         if cached and (found := self.reads.get(("state",))) is not FORGET:
             return dict(found)
+        at = self.reads.at(META)
         values = await self.storage.get_meta()
-        self.reads.put(("state",), META, values, _state_added)
+        self.reads.put(("state",), META, values, _state_added, at=at)
         return dict(values)
 
     async def set_state(self, key: str, value: str) -> None:
@@ -682,7 +795,8 @@ def _audit(record: MemoryRecord | None) -> dict[str, Any] | None:
 
 
 _UNSCOPED = {"record_type", "scoped", "cipher", "open", "scheduler", "agent", "restamp", "embed_documents",
-             "associated_data", "state", "set_state", "delete_state", "check_versions", "stamp"}
+             "associated_data", "state", "set_state", "delete_state", "check_versions", "stamp", "put_stored",
+             "raw_history", "restore_history", "id_owners", "purge", "job_rows", "refresh", "maintain"}
 """Facade methods that take no scope: a scoped view passes them through unchanged."""
 
 

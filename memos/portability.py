@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .crypto import VaultCipher
 from .exceptions import ConfigError, InvalidRecordError
 from .memtypes import new_id
-from .scope import Scope, Where
+from .scope import Scope
 
 if TYPE_CHECKING:
     from .memory import MemoryOS
@@ -38,11 +38,9 @@ async def export_scope(memory: MemoryOS, scope: Scope) -> Iterator[str]:
     """JSON lines: a header, then every record of `scope` (all statuses), then its history."""
     lines = [json.dumps({"kind": "header", "format": FORMAT, "scope": scope.stamp(), "types": memory.type_names})]
     for name in memory.type_names:
-        table = memory.storage.type_table(name)
-        for row in await memory.storage.rows(name, Where(scope).build()):
-            record = table.to_record(row)  # as stored: secrets are ciphertext
+        for record in await memory.stored_in(scope, name):  # as stored: secrets are ciphertext
             lines.append(json.dumps({"kind": "record", "memory_type": name, "record": record.model_dump(mode="json")}))
-    for entry in await memory.storage.raw_history(Where(scope).build() or "true"):
+    for entry in await memory.raw_history(scope):
         lines.append(json.dumps({"kind": "history", "row": {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in entry.items()}}))
     return iter(lines)
 
@@ -93,12 +91,9 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
     total = sum(len(pairs) for pairs in by_type.values())
     for name, pairs in by_type.items():
         records = [_rekey(memory, _renamed(record, renamed), original, source) for record, original in pairs]
-        table = memory.storage.type_table(name)
         for start in range(0, len(records), 256):
             batch = records[start:start + 256]
-            vectors = await memory.embed_documents([r.index_text() for r in batch])
-            await memory.storage.upsert_rows(name, [table.to_row(r.model_copy(update={"text": r.search_text()}), v)
-                                                    for r, v in zip(batch, vectors, strict=True)])
+            await memory.put_stored(name, batch)
             counts["records"] += len(batch)
             if progress:
                 progress(counts["records"], total)
@@ -108,7 +103,7 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
             row["record_id"] = renamed.get(row.get("record_id"), row.get("record_id"))
             if row.get("id") in taken and taken[row["id"]] != row.get("user_id"):
                 row["id"] = new_id()  # another user's audit row: never overwritten
-        await memory.storage.rewrite_history([_history_row(r) for r in history])
+        await memory.restore_history([_history_row(r) for r in history])
         counts["history"] = len(history)
     return counts
 
@@ -116,15 +111,8 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
 async def _foreign_ids(memory: MemoryOS, by_type: dict[str, list[Any]]) -> dict[str, str]:
     """Imported ids already held by another user or another store, each mapped to a fresh id."""
     owner = {record.id: (name, record.user_id) for name, pairs in by_type.items() for record, _ in pairs}
-    ids = sorted(owner)
-    renamed: dict[str, str] = {}
-    for start in range(0, len(ids), 1000):
-        chunk = ids[start : start + 1000]
-        for name in memory.storage.tables:
-            for row in await memory.storage.rows(name, Where().id_in(chunk).build(), columns=["id", "user_id"]):
-                if owner[row["id"]] != (name, row["user_id"]):
-                    renamed[row["id"]] = new_id()
-    return renamed
+    held = await memory.id_owners(sorted(owner))
+    return {i: new_id() for i, holder in held.items() if owner[i] != holder}
 
 
 def _renamed(record: Any, renamed: dict[str, str]) -> Any:
@@ -144,7 +132,7 @@ async def _taken_history_ids(memory: MemoryOS, ids: list[str]) -> dict[str, str]
     taken: dict[str, str] = {}
     valid = [i for i in ids if i]
     for start in range(0, len(valid), 1000):
-        rows = await memory.storage.raw_history(Where().id_in(valid[start : start + 1000]).build() or "false")
+        rows = await memory.raw_history(ids=valid[start : start + 1000])
         taken |= {r["id"]: r["user_id"] for r in rows}
     return taken
 
@@ -182,20 +170,11 @@ def _history_row(row: dict[str, Any]) -> dict[str, Any]:
 
 async def forget_user(memory: MemoryOS, user_id: str) -> dict[str, int]:
     """Delete everything of `user_id`: records, history, session state; purge old versions."""
-    scope = Scope(user_id)
-    where = Where(scope).build()
-    assert where is not None
-    removed: dict[str, int] = {}
-    for name in memory.type_names:
-        removed[name] = await memory.storage.count(name, where)
-        await memory.storage.delete_rows(name, where)
-        await memory.storage.rebuild_text_index(name)
-    removed["history"] = len(await memory.storage.raw_history(where))
-    await memory.storage.delete_history(where)
+    removed = await memory.erase(Scope(user_id))
     keys = [k for k in await memory.state() if _meta_owner(k) == user_id]
     await memory.delete_state(keys)
     removed["state"] = len(keys)
-    await memory.storage.purge_old_versions()
+    await memory.purge()
     return removed
 
 

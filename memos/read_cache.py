@@ -74,11 +74,16 @@ class ReadCache:
         self.hits += 1
         return entry.value
 
-    def put(self, key: Hashable, table: str, value: Any, on_add: AddRule | None = None) -> None:
-        """Remember `value`, read after the last `check` (labelled with that version: a commit seen
-        by the read but not by the check makes the next check forget it, never the reverse).
-        Nothing is kept for a table whose version is not known."""
-        version = self.seen.get(table)
+    def at(self, table: str) -> int | None:
+        """The version a read about to start is labelled with (take it before the read: a write
+        of this process that lands while the read is in flight then leaves the value unused)."""
+        return self.seen.get(table)
+
+    def put(self, key: Hashable, table: str, value: Any, on_add: AddRule | None = None, *, at: int | None = None) -> None:
+        """Remember `value`, read after the last `check`, labelled with `at` (from `at()` before the
+        read). A commit seen by the read but not by the label makes the next check forget it,
+        never the reverse. Nothing is kept for a table whose version is not known."""
+        version = at
         if version is None:
             return
         self._entries.pop(key, None)

@@ -316,9 +316,10 @@ class MemorySession:
 
     async def _refresh_context(self) -> None:
         """Re-read the in-context turns (a scrubbed secret or a consolidation may have changed them)."""
+        at = self.memory.reads.at(self.memory.turn_type)
         self.context = await self._load_turns([t.id for t in self.context])
         # remembered as read at the version just checked; adds (e.g. this session's own turns) keep it
-        self.memory.reads.put(self._context_key, self.memory.turn_type, None, KEEP)
+        self.memory.reads.put(self._context_key, self.memory.turn_type, None, KEEP, at=at)
 
     @property
     def _context_key(self) -> tuple[str, str]:

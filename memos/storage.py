@@ -434,6 +434,12 @@ class Storage:
             query = query.limit(limit)
         return arrow_rows(await self.read(self.tables[memory_type].table, query.to_arrow))
 
+    async def refresh(self) -> None:
+        """Point every table handle at its latest version (a job that runs for hours sees other
+        processes' writes without waiting for the read-consistency interval)."""
+        for table in [*(t.table for t in self.tables.values()), self.history, self.meta]:
+            await table.checkout_latest()
+
     async def versions(self) -> dict[str, int]:
         """The latest version of every memory type's table and of the meta table (key `META`), in
         one call: a read remembered at a version is still right while its table is there (`reads`)."""

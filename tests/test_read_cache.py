@@ -21,17 +21,21 @@ from memos.storage import READ_CONSISTENCY
 def test_a_read_is_carried_past_this_process_own_add_and_forgotten_otherwise():
     cache = ReadCache()
     cache.check({"t": 5})
-    cache.put("n", "t", 3, lambda n, rows: n + len(rows))
-    cache.put("ids", "t", "x", KEEP)
+    cache.put("n", "t", 3, lambda n, rows: n + len(rows), at=cache.at("t"))
+    cache.put("ids", "t", "x", KEEP, at=cache.at("t"))
     cache.wrote("t", 6, [{"a": 1}, {"a": 2}])  # our add took the table from 5 to 6
     assert cache.get("n") == 5 and cache.get("ids") == "x"
     cache.wrote("t", 8, [{"a": 3}])  # version 7 was someone else's
     assert cache.get("n") is FORGET and cache.get("ids") is FORGET
-    cache.put("ids", "t", "y", KEEP)
+    cache.put("ids", "t", "y", KEEP, at=cache.at("t"))
     cache.wrote("t", 9)  # not an add
     assert cache.get("ids") is FORGET
-    cache.put("ids", "t", "z", KEEP)
+    cache.put("ids", "t", "z", KEEP, at=cache.at("t"))
     cache.check({"t": 10})  # another process committed
+    assert cache.get("ids") is FORGET
+    before = cache.at("t")  # a read starts; this process writes while it is in flight
+    cache.wrote("t", 11)
+    cache.put("ids", "t", "read before the write", KEEP, at=before)
     assert cache.get("ids") is FORGET
 
 
