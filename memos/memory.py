@@ -400,6 +400,16 @@ class MemoryOS:
         if content:
             raise InvalidRecordError(f"restamp changes bookkeeping fields only; use update for {sorted(content)}")
         self.record_type(type(record))
+        if record.secret_fields:
+            # records leave the kernel redacted (secret fields blank): the change is made on the
+            # stored copy, so restamping what a read returned never writes a blank over a secret
+            try:
+                stored = await self._load(Scope(record.user_id), record.memory_type, record.id)
+            except RecordNotFoundError:
+                raise RecordChangedError(record.memory_type, [record.id], 0) from None
+            if stored.updated_at != record.updated_at:
+                raise RecordChangedError(record.memory_type, [record.id], 0)
+            record = stored
         changed = self._revalidate(record, {**changes, "updated_at": self.stamp(record)})
         await self._write(record.memory_type, [changed], op, actor, before={record.id: record}, vectors_from=record, note=note)
         return changed

@@ -139,3 +139,20 @@ async def test_sensitivity_levels_decide_who_may_reveal(mem, alice):
     assert await mem.reveal(alice, high.id, approved_by="owner") == "8812"
     notes = [e.note for e in await mem.history(alice) if e.op == "reveal"]
     assert notes == ["secret revealed", "refused: high item, medium clearance", "secret revealed"]
+
+
+async def test_restamping_a_redacted_vault_item_keeps_its_secret(mem, alice):
+    """Records leave the kernel redacted; a bookkeeping change made on such a copy (a job's
+    archive, a merge's tags) is applied to the stored record, never writes the blank back."""
+    from memos.exceptions import RecordChangedError
+
+    item, = await mem.add(alice, VaultItem(caption="locker code", secret="5521-0098"))
+    read, = await mem.get_many(alice, "vault", [item.id])
+    assert read.secret == ""  # redacted on the way out
+    await mem.restamp(read, {"tags": ["checked"]}, op="update", actor="test")
+    assert await mem.reveal(alice, item.id, approved_by="alice") == "5521-0098"
+    again, = await mem.get_many(alice, "vault", [item.id])
+    assert again.tags == ["checked"]
+    with pytest.raises(RecordChangedError):  # the copy read first is stale now
+        await mem.restamp(read, {"tags": ["stale"]}, op="update", actor="test")
+    assert await mem.reveal(alice, item.id, approved_by="alice") == "5521-0098"
