@@ -9,7 +9,6 @@ anything is written (the model gets a `ModelRetry`), `apply_graph` writes it thr
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pydantic_ai import ModelRetry
@@ -22,17 +21,12 @@ from memos.memory import MemoryOS
 from memos.memtypes.entity import normal_name
 from memos.scope import Scope, Where
 
+from .arguments import parse_when
 from .deps import MemoryDeps
 
 __all__ = ["GRAPH_TOOL_NAMES", "add_graph_tools", "apply_graph", "check_graph", "graph_notes"]
 
 GRAPH_TOOL_NAMES = ("entity_lookup", "relation_add", "relation_close")
-
-
-def _when(value: str | None, name: str) -> datetime | None:
-    from .tools import parse_when
-
-    return parse_when(value, name)
 
 
 async def graph_notes(memory: MemoryOS, scope: Scope, text: str, limit: int = 20) -> list[dict[str, str]]:
@@ -56,7 +50,7 @@ async def check_graph(memory: MemoryOS, scope: Scope, plan: Any) -> list[str]:
         if not normal_name(rel.subject) or not rel.object.strip() or not rel.predicate.strip():
             problems.append(f"relation {index}: subject, predicate and object must not be empty")
         try:
-            _when(rel.since, "since")
+            parse_when(rel.since, "since")
         except ModelRetry as exc:
             problems.append(f"relation {index}: {exc}")
     for index, note in enumerate(plan.entities):
@@ -64,7 +58,7 @@ async def check_graph(memory: MemoryOS, scope: Scope, plan: Any) -> list[str]:
             problems.append(f"entity {index}: the name is empty")
     for index, close in enumerate(plan.closed):
         try:
-            _when(close.when, "when")
+            parse_when(close.when, "when")
             rel = await memory.get(scope, "relation", close.relation_id)
             if rel.status != "active":
                 problems.append(f"closed {index}: relation {close.relation_id} is already closed")
@@ -86,12 +80,12 @@ async def apply_graph(memory: MemoryOS, write: Scope, read: Scope, plan: Any, pr
                                 {"mentions": mentions}, actor=actor)
         written.append(("entity", "entity", entity.id))
     for close in plan.closed:
-        rel = await graph.close_relation(read, close.relation_id, when=_when(close.when, "when"), actor=actor)
+        rel = await graph.close_relation(read, close.relation_id, when=parse_when(close.when, "when"), actor=actor)
         written.append(("close", "relation", rel.id))
     kinds = {normal_name(n.name): n.kind for n in plan.entities}
     for note in plan.relations:
         rel = await graph.add_relation(write, note.subject, note.predicate, note.object, object_is_entity=note.object_is_entity,
-                                       exclusive=note.exclusive, valid_from=_when(note.since, "since"), source_ids=provenance,
+                                       exclusive=note.exclusive, valid_from=parse_when(note.since, "since"), source_ids=provenance,
                                        subject_kind=kinds.get(normal_name(note.subject), "thing"),
                                        object_kind=kinds.get(normal_name(note.object), "thing"), actor=actor)
         written.append(("relation", "relation", rel.id))
@@ -106,7 +100,7 @@ def add_graph_tools(toolset: FunctionToolset[Any], deps: MemoryDeps) -> None:
         """Look up a person, place or thing by name or alias: its relations (true now, or at the ISO date `at`) and related entities."""
         if not normal_name(name):
             raise ModelRetry("name is empty; give the entity's name")
-        when = _when(at, "at")
+        when = parse_when(at, "at")
         try:
             hood = await memory.graph.neighbourhood(deps.read_scope, name, at=when)
         except MemosError as exc:
@@ -123,7 +117,7 @@ def add_graph_tools(toolset: FunctionToolset[Any], deps: MemoryDeps) -> None:
         one such object at a time, so an open relation to another object is closed. since: ISO date it became true."""
         if not normal_name(subject) or not predicate.strip() or not object.strip():
             raise ModelRetry("subject, predicate and object must all be given")
-        when = _when(since, "since")
+        when = parse_when(since, "since")
         try:
             rel = await memory.graph.add_relation(deps.write_scope, subject, predicate, object, object_is_entity=object_is_entity,
                                                   exclusive=exclusive, valid_from=when, source_ids=deps.provenance(), actor=deps.actor)
@@ -134,7 +128,7 @@ def add_graph_tools(toolset: FunctionToolset[Any], deps: MemoryDeps) -> None:
     @toolset.tool_plain
     async def relation_close(relation_id: str, when: str | None = None) -> str:
         """Mark a stored relation as no longer true (from the ISO date `when`, default now); it stays in history."""
-        end = _when(when, "when")
+        end = parse_when(when, "when")
         try:
             rel = await memory.graph.close_relation(deps.read_scope, relation_id, when=end, actor=deps.actor)
         except MemosError as exc:

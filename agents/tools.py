@@ -9,7 +9,6 @@ one is an approval-required tool (pydantic-ai deferred tools).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -19,6 +18,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from memos.exceptions import MemosError
 from memos.memtypes import BASE_FIELDS, VaultItem
 
+from .arguments import parse_when
 from .deps import MemoryDeps
 
 __all__ = ["ALL_TOOL_NAMES", "INSERTABLE_FIELDS", "memory_toolset", "parse_when"]
@@ -33,17 +33,6 @@ INSERTABLE_FIELDS = frozenset({"importance", "tags", "valid_from", "valid_to"})
 """Base-record fields a model may set on insert, besides the type's own fields."""
 
 MAX_K = 50
-
-
-def parse_when(value: str | None, name: str) -> datetime | None:
-    """An ISO date or datetime from a model, as an aware datetime; a clear ModelRetry otherwise."""
-    if value is None or value == "":
-        return None
-    try:
-        when = datetime.fromisoformat(value.strip())
-    except (TypeError, ValueError):
-        raise ModelRetry(f"{name}={value!r} is not a date; use ISO format like 2024-05-01 or 2024-05-01T14:30") from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
 def _retry(exc: Exception) -> ModelRetry:

@@ -17,10 +17,10 @@ same database; this module is what works on them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
@@ -29,14 +29,32 @@ from memos.memtypes.entity import Entity, Relation, normal_name
 
 from .entity_extraction import extract_mentions, query_names
 from .exceptions import InvalidRecordError, RecordNotFoundError
-from .ranking import Candidate
+from .ranking import Candidate, RowView
 from .scope import Scope, Where, sql_string, validate_record_id
 from .storage import Storage, history_row
 
 if TYPE_CHECKING:
-    from .memory import MemoryOS
+    from .embeddings import TextEmbedder
 
-__all__ = ["EntityGraph", "GraphView", "Neighbourhood", "graph_candidates", "to_dot", "to_mermaid"]
+
+class GraphHost(Protocol):
+    """What the graph needs of the facade it writes through (`memos.memory.MemoryOS` is one):
+    the graph sits below the facade, so it names the facade's methods, never imports it."""
+
+    storage: Storage
+    embedder: TextEmbedder | None
+    clock: Callable[[], datetime]
+
+    async def add(self, scope: Scope, records: Any, *, actor: str = ...) -> list[MemoryRecord]: ...
+
+    async def update(self, scope: Scope, memory_type: Any, record_id: str, changes: dict[str, Any], *,
+                     actor: str = ...) -> MemoryRecord: ...
+
+    async def get(self, scope: Scope, memory_type: Any, record_id: str) -> MemoryRecord: ...
+
+    async def stored_vectors(self, scope: Scope, memory_type: Any, *, status: str = ...) -> dict[str, list[float]]: ...
+
+__all__ = ["EntityGraph", "GraphHost", "GraphView", "Neighbourhood", "graph_candidates", "to_dot", "to_mermaid"]
 
 MAX_MENTIONS = 5_000
 """An entity keeps the ids of at most this many records that mention it (the newest)."""
@@ -86,7 +104,7 @@ class Neighbourhood:
 class EntityGraph:
     """Graph operations of one `MemoryOS` (see the module docstring)."""
 
-    def __init__(self, memory: MemoryOS) -> None:
+    def __init__(self, memory: GraphHost) -> None:
         self.memory = memory
         self.storage: Storage = memory.storage
 
@@ -466,7 +484,6 @@ async def graph_candidates(storage: Storage, request: Any, vector: list[float] |
             key = ""
         top = max(record_weight.values())
         time_field = storage.type_table("episodic").record_type.time_field
-        from .retrieval import RowView  # retrieval imports this module lazily too
 
         scored = []
         for row in found:

@@ -21,7 +21,6 @@ from .exceptions import ConfigError
 if TYPE_CHECKING:  # annotations only: `import memos` (and `memos --help`) stays free of pydantic
     from memos.memtypes import MemoryRecord
 
-    from .memory import MemoryOS
     from .scope import Scope
 
 __all__ = ["ConflictDecision", "Insight", "ModelBackend", "model_backend", "opener", "provide", "register_backend"]
@@ -61,8 +60,9 @@ class ModelBackend(Protocol):
         """One decision per (older, newer) pair of facts."""
         ...
 
-    def chat_agent(self, memory: MemoryOS, scope: Scope, model: Any, **options: Any) -> Any:
-        """A chat agent over `scope` of `memory` (what `MemoryOS.agent` returns)."""
+    def chat_agent(self, memory: Any, scope: Scope, model: Any, **options: Any) -> Any:
+        """A chat agent over `scope` of `memory` (a `memos.memory.MemoryOS`, which sits above this
+        module: named, not imported) -- what `MemoryOS.agent` returns."""
         ...
 
 

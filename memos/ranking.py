@@ -15,7 +15,7 @@ from memos.memtypes import MemoryRecord
 
 from .temporal import TimeWindow
 
-__all__ = ["Candidate", "Hit", "RankingPolicy", "fuse", "rank_rows"]
+__all__ = ["Candidate", "Hit", "RankingPolicy", "RowView", "fuse", "rank_rows"]
 
 
 @dataclass(frozen=True)
@@ -175,3 +175,28 @@ def _row_score(row: dict[str, Any], source: str) -> float:
     if source == "vector":
         return 1.0 - float(row.get("_distance", 1.0))  # cosine distance -> similarity
     return float(row.get("_score", 0.0))
+
+
+@dataclass(slots=True)
+class RowView:
+    """What ranking reads of a stored record (id, importance, time), straight from its row:
+    building the full record is left until a hit is known to be returned."""
+
+    id: str
+    importance: float
+    time: datetime
+    row: dict[str, Any]
+
+    @staticmethod
+    def columns(time_field: str) -> list[str]:
+        """The columns `of` reads: all a lean search needs of a candidate."""
+        return list(dict.fromkeys(["id", "importance", time_field, "created_at"]))
+
+    @classmethod
+    def of(cls, row: dict[str, Any], time_field: str) -> RowView:
+        when = row.get(time_field) or row["created_at"]
+        importance = row.get("importance")
+        return cls(row["id"], 0.5 if importance is None else float(importance), when, row)
+
+    def event_time(self) -> datetime:
+        return self.time

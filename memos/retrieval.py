@@ -19,7 +19,7 @@ from typing import Any
 from .embeddings import TextEmbedder
 from .fulltext import cjk_share, query_words
 from .packing import pack
-from .ranking import Candidate, Hit, RankingPolicy, fuse, rank_rows
+from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .scope import Scope, Where, valid_at
 from .storage import Storage
 from .temporal import parse_time_window
@@ -145,31 +145,6 @@ async def _taken(storage: Storage, hits: list[Hit], wheres: dict[str, str | None
             hit.record.row = row
             kept.append(hit)
     return kept
-
-
-@dataclass(slots=True)
-class RowView:
-    """What ranking reads of a stored record (id, importance, time), straight from its row:
-    building the full record is left until a hit is known to be returned."""
-
-    id: str
-    importance: float
-    time: datetime
-    row: dict[str, Any]
-
-    @staticmethod
-    def columns(time_field: str) -> list[str]:
-        """The columns `of` reads: all a lean search needs of a candidate."""
-        return list(dict.fromkeys(["id", "importance", time_field, "created_at"]))
-
-    @classmethod
-    def of(cls, row: dict[str, Any], time_field: str) -> RowView:
-        when = row.get(time_field) or row["created_at"]
-        importance = row.get("importance")
-        return cls(row["id"], 0.5 if importance is None else float(importance), when, row)
-
-    def event_time(self) -> datetime:
-        return self.time
 
 
 async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[Hit], turns_store: str) -> list[Hit]:

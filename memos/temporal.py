@@ -17,8 +17,18 @@ from __future__ import annotations
 
 import calendar
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+
+from .temporal_zh import parse_zh
+from .time_windows import (
+    ANCHOR_REACH,
+    DAY_SLACK,
+    TimeWindow,
+    ago_window,
+    day_window,
+    month_window,
+    relative_window,
+)
 
 __all__ = ["TimeWindow", "ago_window", "day_window", "month_window", "parse_time_window", "relative_window"]
 
@@ -35,25 +45,6 @@ _UNIT = r"(?P<unit>day|week|month|year)s?"
 _SEASONS = {"spring": (3, 3), "summer": (6, 3), "autumn": (9, 3), "fall": (9, 3), "winter": (12, 3)}
 
 _HAN = re.compile("[\u4e00-\u9fff]")
-
-DAY_SLACK = timedelta(days=1)
-"""A named day also covers the day before and after (time zones; "that evening")."""
-ANCHOR_REACH = timedelta(days=14)
-""""before X" / "after X" without a length means within this long of X."""
-
-
-@dataclass(frozen=True)
-class TimeWindow:
-    """A span of time a query refers to: `since` <= t < `until` (UTC)."""
-
-    since: datetime
-    until: datetime
-    phrase: str
-    """The words of the query it was read from."""
-
-    def __contains__(self, when: datetime) -> bool:
-        return self.since <= when < self.until
-
 
 def _pattern(text: str) -> re.Pattern[str]:
     return re.compile(r"(?<![\w-])" + text + r"(?![\w-])", re.IGNORECASE)
@@ -89,7 +80,6 @@ def parse_time_window(query: str, now: datetime) -> TimeWindow | None:
     now = now.astimezone(UTC) if now.tzinfo else now.replace(tzinfo=UTC)
     text = query[:2000]
     if _HAN.search(text):
-        from .temporal_zh import parse_zh  # it builds on this module's helpers
 
         found = parse_zh(text, now)
         if found is not None:
@@ -150,65 +140,6 @@ def _month(text: str) -> int:
 
 def _count(text: str) -> int:
     return int(text) if text.isdigit() else _NUMBERS[" ".join(text.lower().split())]
-
-
-def day_window(year: int, month: int, day: int) -> tuple[datetime, datetime]:
-    """A named day, with `DAY_SLACK` either side (ValueError if it is no date)."""
-    start = datetime(year, month, day, tzinfo=UTC)
-    return start - DAY_SLACK, start + timedelta(days=1) + DAY_SLACK
-
-
-def month_window(year: int, month: int, months: int) -> tuple[datetime, datetime]:
-    """`months` calendar months from the first of `month` (a season is three)."""
-    start = datetime(year, month, 1, tzinfo=UTC)
-    end_month = month - 1 + months
-    return start, datetime(year + end_month // 12, end_month % 12 + 1, 1, tzinfo=UTC)
-
-
-def _shift_months(when: datetime, months: int) -> datetime:
-    index = when.year * 12 + when.month - 1 - months
-    year, month = divmod(index, 12)
-    return when.replace(year=year, month=month + 1, day=min(when.day, calendar.monthrange(year, month + 1)[1]))
-
-
-def ago_window(count: int, unit: str, now: datetime) -> tuple[datetime, datetime]:
-    """ "3 weeks ago": that week; "4 years ago": that year (a loose reading, it is a boost)."""
-    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
-    if unit == "day":
-        start = today - timedelta(days=count)
-        return start, start + timedelta(days=1)
-    if unit == "week":
-        start = today - timedelta(weeks=count)
-        return start - timedelta(days=3), start + timedelta(days=4)
-    if unit == "month":
-        start = _shift_months(today.replace(day=1), count)
-        return start, _shift_months(start, -1)
-    year = now.year - count
-    return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
-
-
-def relative_window(which: str, unit: str, now: datetime) -> tuple[datetime, datetime]:
-    """ "last" / "this" / "past" week, weekend, month or year, relative to `now`."""
-    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
-    if unit in ("week", "weekend"):
-        monday = today - timedelta(days=today.weekday())
-        if which == "past":
-            return today - timedelta(days=7), today + timedelta(days=1)
-        start = monday if which == "this" else monday - timedelta(weeks=1)
-        if unit == "weekend":
-            saturday = start + timedelta(days=5)
-            return saturday, saturday + timedelta(days=2)
-        return start, start + timedelta(weeks=1)
-    if unit == "month":
-        first = today.replace(day=1)
-        if which == "past":
-            return today - timedelta(days=31), today + timedelta(days=1)
-        start = first if which == "this" else _shift_months(first, 1)
-        return start, _shift_months(start, -1)
-    if which == "past":
-        return today - timedelta(days=366), today + timedelta(days=1)
-    year = now.year if which == "this" else now.year - 1
-    return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
 
 
 def _anchored(match: re.Match[str], date: re.Match[str]) -> tuple[datetime, datetime] | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from .temporal import ANCHOR_REACH, DAY_SLACK, ago_window, day_window, month_window, relative_window
+from .time_windows import ANCHOR_REACH, DAY_SLACK, ago_window, day_window, month_window, relative_window
 
 __all__ = ["LUNAR_NEW_YEAR", "parse_zh"]
 

@@ -20,21 +20,22 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from memos.memtypes import MemoryRecord
 
 from . import validation as check
 from .exceptions import ConfigError, RecordChangedError
 from .scope import Scope, Where, validate_value
-from .storage import history_row
+from .storage import Storage, history_row
 
 if TYPE_CHECKING:
     from .crypto import VaultCipher
-    from .memory import MemoryOS
 
-__all__ = ["Vault", "default_key_file"]
+__all__ = ["Vault", "VaultHost", "default_key_file"]
 
 R = TypeVar("R", bound=MemoryRecord)
 
@@ -52,10 +53,26 @@ def default_key_file(uri: str) -> Path:
     return Path.home() / ".config" / "memos" / "vaults" / (hashlib.sha256(uri.encode()).hexdigest()[:16] + ".key")
 
 
+class VaultHost(Protocol):
+    """What the vault needs of the facade that owns it (`memos.memory.MemoryOS` is one): the vault
+    sits below the facade, so it names the facade's methods, never imports it."""
+
+    storage: Storage
+    types: dict[str, type[MemoryRecord]]
+    clock: Callable[[], datetime]
+
+    def stamp(self, record: MemoryRecord) -> datetime: ...
+
+    async def stored(self, scope: Scope, memory_type: Any, record_id: str) -> MemoryRecord: ...
+
+    async def update(self, scope: Scope, memory_type: Any, record_id: str, changes: dict[str, Any], *,
+                     actor: str = ...) -> MemoryRecord: ...
+
+
 class Vault:
     """The secrets of one store (see the module docstring)."""
 
-    def __init__(self, memory: MemoryOS, key_file: Path | None) -> None:
+    def __init__(self, memory: VaultHost, key_file: Path | None) -> None:
         self.memory = memory
         self.configured_key_file = key_file
         """The key file passed to `MemoryOS.open` (None: the store's own)."""

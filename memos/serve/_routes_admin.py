@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from .app import AdminDep
+from .deps import AdminDep
 from .errors import ApiError
 
 __all__ = ["router"]

@@ -24,7 +24,7 @@ from ..portability import export_scope, forget_user
 from ..ranking import Hit
 from ..scope import Scope
 from ..session import MemorySession
-from .app import CallerDep, Caller
+from .deps import CallerDep, Caller
 from .errors import ApiError
 from .tenancy import check_admin
 

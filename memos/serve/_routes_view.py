@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
 
 from ..session import MemorySession
-from .app import CallerDep
+from .deps import CallerDep
 from .events import sse_lines
 from ._routes_memory import record_json
 

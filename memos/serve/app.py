@@ -1,4 +1,4 @@
-"""The ASGI app: configuration, the open store, who a request is, and the routers.
+"""The ASGI app: the routers, the body limit and the health check over one store.
 
 `create_app(ServeConfig(uri=...))` builds a FastAPI app over one `MemoryOS` (opened on the
 first request, on the server's own event loop, since LanceDB handles belong to the loop that
@@ -8,130 +8,16 @@ routes need the admin key; `/ui` is the web view; `/openapi.json` describes it a
 
 from __future__ import annotations
 
-import asyncio
 import json
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Message, Receive, Scope as AsgiScope, Send
 
-from ..memory import MemoryOS
-from ..scope import Scope
+from .deps import Caller, ServeConfig, ServerState, get_caller, get_state, require_admin
 from .errors import ApiError, error_body, install_error_handlers
-from .events import EventBus
-from .tenancy import ApiKey, Tenants, check_admin
 
 __all__ = ["BodyLimit", "Caller", "ServeConfig", "ServerState", "create_app", "get_caller", "get_state", "require_admin"]
-
-MAX_BODY_BYTES = 1_000_000
-"""Largest request body accepted (413 past it): bigger documents go in several resource records."""
-
-
-@dataclass
-class ServeConfig:
-    """How `memos serve` runs: which store, which embedder, which keys and model."""
-
-    uri: str | Path = "memos-data"
-    embedder: Any = "local"
-    admin_key: str | None = None
-    """Key for `/admin` (tenant management) and for approving vault reveals; None: both disabled."""
-    model: Any = None
-    """The chat model (pydantic-ai model or model string) for `/v1/chat`; None: chat is off."""
-    storage_options: dict[str, str] | None = None
-    vault_key_file: Path | None = None
-    max_body_bytes: int = MAX_BODY_BYTES
-    memory: MemoryOS | None = None
-    """An already open memory (tests, embedding the app in a program): must live on the server's loop."""
-
-
-@dataclass
-class ServerState:
-    """What one server process holds: the open memory, its keys, the event bus, session locks."""
-
-    config: ServeConfig
-    memory: MemoryOS | None = None
-    tenants: Tenants | None = None
-    bus: EventBus = field(default_factory=EventBus)
-    _opening: asyncio.Lock | None = None
-    _sessions: dict[Scope, asyncio.Lock] = field(default_factory=dict)
-
-    async def ready(self) -> tuple[MemoryOS, Tenants]:
-        """The open memory and tenants (the store is opened by the first request that needs it)."""
-        if self.memory is None or self.tenants is None:
-            if self._opening is None:
-                self._opening = asyncio.Lock()
-            async with self._opening:
-                if self.memory is None:
-                    c = self.config
-                    self.memory = c.memory or await MemoryOS.open(c.uri, embedder=c.embedder, storage_options=c.storage_options,
-                                                                  vault_key_file=c.vault_key_file)
-                    self.tenants = Tenants(self.memory)
-        assert self.tenants is not None
-        return self.memory, self.tenants
-
-    def session_lock(self, scope: Scope) -> asyncio.Lock:
-        """One lock per conversation: its turns are recorded and its context compiled one at a time."""
-        return self._sessions.setdefault(scope, asyncio.Lock())
-
-
-def get_state(request: Request) -> ServerState:
-    return request.app.state.memos
-
-
-def _token(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip() or None
-    return request.headers.get("x-api-key") or None
-
-
-@dataclass(frozen=True)
-class Caller:
-    """The memory and scope a request acts on, decided by its API key alone."""
-
-    memory: MemoryOS
-    key: ApiKey
-    state: ServerState
-
-    @property
-    def scope(self) -> Scope:
-        return self.key.scope
-
-    @property
-    def actor(self) -> str:
-        return f"api:{self.key.name or self.key.key_id}"
-
-    def session_scope(self, session_id: str) -> Scope:
-        return Scope(self.key.user_id, self.key.agent_id or "", session_id)
-
-
-async def get_caller(request: Request) -> Caller:
-    state = get_state(request)
-    token = _token(request)
-    if token is None:
-        raise ApiError(401, "unauthorized", "send your API key as 'Authorization: Bearer <key>'; an admin makes keys "
-                       "with POST /admin/keys or `memos keys create`")
-    memory, tenants = await state.ready()
-    key = await tenants.resolve(token)
-    if key is None:
-        raise ApiError(401, "unauthorized", "this API key is unknown or revoked; ask the admin for a new one")
-    return Caller(memory, key, state)
-
-
-async def require_admin(request: Request) -> ServerState:
-    state = get_state(request)
-    if not state.config.admin_key:
-        raise ApiError(403, "admin_disabled", "this server has no admin key; start it with --admin-key or MEMOS_ADMIN_KEY")
-    if not check_admin(_token(request), state.config.admin_key):
-        raise ApiError(401, "unauthorized", "admin routes need the admin key as 'Authorization: Bearer <admin key>'")
-    await state.ready()
-    return state
-
-
-CallerDep = Annotated[Caller, Depends(get_caller)]
-AdminDep = Annotated[ServerState, Depends(require_admin)]
 
 
 class BodyLimit:
