@@ -68,8 +68,10 @@ async def search(
     lean = request.budget_tokens is None
     jobs = []
     wheres: dict[str, str | None] = {}
-    present = await asyncio.gather(*(storage.has_rows(name) for name in request.types))
-    for name in [n for n, has in zip(request.types, present, strict=True) if has]:
+    known = {name: storage.known_rows(name) for name in request.types}  # no read for a table already seen
+    unknown = [name for name, has in known.items() if has is None]
+    known |= dict(zip(unknown, await asyncio.gather(*(storage.has_rows(name) for name in unknown)), strict=True))
+    for name in [n for n in request.types if known[n]]:
         table = storage.type_table(name)
         conditions = (
             Where(request.scope)

@@ -367,15 +367,23 @@ class Storage:
     def type_table(self, memory_type: str) -> TypeTable:
         return self.tables[memory_type]
 
-    async def has_rows(self, memory_type: str) -> bool:
-        """Whether a table has rows. Once seen with rows it is taken to have them (searching a
-        table emptied since is harmless); a table seen empty is re-checked at most once per
-        `READ_CONSISTENCY`, so searches skip empty tables instead of querying them."""
+    def known_rows(self, memory_type: str) -> bool | None:
+        """What `has_rows` would answer without reading the table, or None if it must read: a
+        table once seen with rows is taken to have them (searching a table emptied since is
+        harmless); one seen empty stays empty for `READ_CONSISTENCY`."""
         if memory_type in self._nonempty:
             return True
         seen = self._empty_checked.get(memory_type)
         if seen is not None and time.monotonic() - seen <= READ_CONSISTENCY.total_seconds():
             return False
+        return None
+
+    async def has_rows(self, memory_type: str) -> bool:
+        """Whether a table has rows (`known_rows`, else one count), so searches skip empty
+        tables instead of querying them."""
+        known = self.known_rows(memory_type)
+        if known is not None:
+            return known
         table = self.tables[memory_type].table
         if await self.read(table, lambda: table.count_rows()) > 0:
             self._nonempty.add(memory_type)

@@ -13,7 +13,9 @@ Figures for the turn below (a store with records in every store, no tool call, n
 | after one read per compile (six stores) | 36 | 12 |
 | with the entity graph's two stores | 40 | 10 |
 | one plan, reads remembered at table versions (six stores) | 28 | 11 |
-| the same, with the entity graph's two stores (now) | 30 | 11 |
+| the same, with the entity graph's two stores | 30 | 11 |
+| retrieval skips its emptiness checks for tables already seen (six stores) | 23 | 10 |
+| the same, with the entity graph's two stores (now) | 24 | 10 |
 
 What changed last: a step begins with one `versions` call (every table's latest version,
 `Storage.versions`); what was read before and has not changed since is not read again
@@ -22,9 +24,10 @@ reflection state and the in-context turns (were read again at each recorded turn
 process's own adds carry a remembered read forward (a count grows by the rows it counts), so
 the turn just recorded does not make the compile read again. The compile plans the whole
 context once (`memos.context_window.plan_step`) and renders once. Left: two version checks,
-two appends and two history rows, two state writes, and retrieval's own calls (an emptiness
-check per store, five vector + five full-text searches, five winner reads; `memos.retrieval`).
-The round trips are 11, not 10: the compile's reads no longer overlap retrieval's emptiness checks.
+two appends and two history rows, two state writes, and retrieval's own calls (five vector +
+five full-text searches, five winner reads, the entity graph's emptiness check; `memos.retrieval`).
+Retrieval asks storage only about tables whose emptiness it does not know yet
+(`Storage.known_rows`: a table once seen with rows, or seen empty within `READ_CONSISTENCY`).
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ from memos import Scope
 from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 from memos.storage import Storage
 
-CALLS_AT_MOST = 30
-ROUND_TRIPS_AT_MOST = 12
+CALLS_AT_MOST = 24
+ROUND_TRIPS_AT_MOST = 10
 
 
 class StorageCounter:
