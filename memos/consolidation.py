@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .scope import Scope
 
 from .exceptions import RecordChangedError
-from .merging import MERGE, SUPERSEDE, merge_note, merged_marks, superseded_marks
+from .merging import MERGE, SUPERSEDE, DisjointSets, merge_note, merged_marks, superseded_marks
 
 __all__ = [
     "ConsolidationPlan",
@@ -166,44 +166,28 @@ def plan_merges(records: Sequence[MemoryRecord], vectors: dict[str, list[float]]
                 similarity: float = 0.95) -> list[Merge]:
     """Groups of duplicates (same normalized text, or cosine >= `similarity`) and their survivors."""
     active = sorted((r for r in records if r.status == "active"), key=lambda r: (r.created_at, r.id))
-    parent = {r.id: r.id for r in active}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(a: str, b: str) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
+    sets = DisjointSets(r.id for r in active)
 
     reasons: dict[str, str] = {}
     first: dict[tuple[Any, ...], str] = {}
     for r in active:
         key = _dup_key(r)
         if key in first:
-            union(first[key], r.id)
+            sets.union(first[key], r.id)
             reasons[r.id] = "same text"
         else:
             first[key] = r.id
     if vectors and similarity < 1.0 and active and active[0].merge_near_duplicates:
         for a, b, score in _similar_pairs([r for r in active if vectors.get(r.id)], vectors, similarity):
-            if find(a.id) == find(b.id):
+            if sets.find(a.id) == sets.find(b.id):
                 continue
             ka, kb = fact_key(a), fact_key(b)
             if ka and kb and ka[:2] == kb[:2] and ka[2] != kb[2]:
                 continue  # a contradiction, not a duplicate
-            union(a.id, b.id)
+            sets.union(a.id, b.id)
             reasons[b.id] = f"similar ({score:.3f})"
-    groups: dict[str, list[MemoryRecord]] = {}
-    for r in active:
-        groups.setdefault(find(r.id), []).append(r)
     merges = []
-    for members in groups.values():
-        if len(members) < 2:
-            continue
+    for members in sets.groups(active, key=lambda r: r.id):
         survivor = max(members, key=lambda r: (r.importance, -r.created_at.timestamp(), _neg(r.id)))
         others = [r for r in members if r.id != survivor.id]
         sources = list(dict.fromkeys([*survivor.source_ids, *(s for r in others for s in r.source_ids)]))

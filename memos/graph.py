@@ -29,6 +29,7 @@ from memos.memtypes.entity import Entity, Relation, normal_name
 
 from .entity_extraction import extract_mentions, query_names
 from .exceptions import InvalidRecordError, RecordNotFoundError
+from .merging import DisjointSets
 from .ranking import Candidate, RowView
 from .scope import Scope, Where, sql_string, validate_record_id
 from .storage import Storage, history_row
@@ -365,25 +366,15 @@ class EntityGraph:
 
 def _name_clusters(entities: list[Entity]) -> list[list[Entity]]:
     """Groups of two or more entities that share a normalised name or alias (transitively)."""
-    parent = {e.id: e.id for e in entities}
-
-    def root(i: str) -> str:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    sets = DisjointSets(e.id for e in entities)
     owner: dict[str, str] = {}
     for entity in entities:
         for key in entity.names():
             if key in owner:
-                parent[root(entity.id)] = root(owner[key])
+                sets.union(entity.id, owner[key])
             else:
                 owner[key] = entity.id
-    clusters: dict[str, list[Entity]] = {}
-    for entity in entities:
-        clusters.setdefault(root(entity.id), []).append(entity)
-    return [c for c in clusters.values() if len(c) > 1]
+    return sets.groups(entities, key=lambda e: e.id)
 
 
 def _brief(entity: Entity | None) -> dict[str, Any] | None:
