@@ -44,7 +44,7 @@ class MemosInstructions:
         in_context = {t.id for t in session.context}
         hits = []
         if prompt.strip():
-            hits = [h for h in await session.memory.search(prompt, session.retrieval_scope, k=self.k)
+            hits = [h for h in await session.memory.search(prompt, session.retrieval_scope, k=self.k, replies=False)
                     if h.id not in in_context]
         return prompts.render("mounted.j2", blocks=blocks, memories=[h.record.render() for h in hits])
 

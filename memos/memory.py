@@ -560,6 +560,7 @@ class MemoryOS:
         until: datetime | None = None,
         tags: list[str] | None = None,
         include_inactive: bool = False,
+        replies: bool = True,
     ) -> list[Hit]:
         """Hybrid search (vector + full-text, fused by rank, weighted by recency and importance).
 
@@ -567,19 +568,22 @@ class MemoryOS:
         the prompt; name "core" to search them too).
 
         Returns the `k` best hits, or with `budget_tokens` the best hits that fit the budget
-        when rendered. Each hit carries its store, score parts and provenance.
+        when rendered. Each hit carries its store, score parts and provenance. In a top-k
+        search, a conversation turn that asks a question brings the reply it got right behind
+        it (`replies`, an extra hit marked `reply_to`; `memos.replies`).
         """
         query, scope = check.check_query(query), check.check_scope(scope)
         k = check.check_int(k, "k", low=1, high=check.MAX_K)
         budget_tokens = check.check_budget(budget_tokens)
         tags, since, until = check.check_tags(tags), check.check_time(since, "since"), check.check_time(until, "until")
         check.check_bool(include_inactive, "include_inactive")
+        check.check_bool(replies, "replies")
         if types is not None and (isinstance(types, str | type) or not isinstance(types, Sequence)):
             raise ConfigError(f"types must be a list of store names, got {types!r}")
         names = [self.record_type(t).memory_type for t in (types or self.searchable_types)]
         request = SearchRequest(
             query=query, scope=scope, types=names, k=k, budget_tokens=budget_tokens, since=since, until=until,
-            tags=tags, statuses=_search_statuses(include_inactive, since, until), policy=self.ranking,
+            tags=tags, statuses=_search_statuses(include_inactive, since, until), policy=self.ranking, replies=replies,
         )
         with span("memos.search", user_id=scope.user_id, stores=len(names), k=k, budget_tokens=budget_tokens) as current:
             hits = await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)

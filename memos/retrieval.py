@@ -14,12 +14,12 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from .embeddings import TextEmbedder
 from .fulltext import cjk_share, query_words
 from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
+from .replies import session_turns, with_replies
 from .scope import Scope, Where, valid_at
 from .storage import Storage
 from .temporal import parse_time_window
@@ -49,6 +49,8 @@ class SearchRequest:
     tags: list[str] | None = None
     statuses: tuple[str, ...] = ("active",)
     policy: RankingPolicy = field(default_factory=RankingPolicy)
+    replies: bool = True
+    """A top-k hit that asks a question brings the reply it got (`memos.replies`)."""
 
 
 async def search(
@@ -117,6 +119,9 @@ async def search(
         hits = await _with_neighbours(storage, request, hits, turns)
     if request.budget_tokens is not None:
         return pack(hits, request.budget_tokens, count_tokens)
+    if request.replies and turns is not None:  # a hit that asks brings its answer (memos.replies)
+        return await with_replies(storage, request.scope, request.statuses, request.policy.neighbour_window_minutes,
+                                  hits[: request.k], turns)
     return hits[: request.k]
 
 
@@ -159,16 +164,8 @@ async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[
     if not anchors:
         return hits
     reach = timedelta(minutes=policy.neighbour_window_minutes)
-    table = storage.type_table(turns_store)
-    time_field = table.record_type.time_field
-    where = (Where(request.scope).status_in(request.statuses)
-             .any_time_window(time_field, [(a.record.event_time() - reach, a.record.event_time() + reach) for a in anchors])
-             .build())
-    rows = await storage.rows(turns_store, where, limit=60 * len(anchors), columns=None)
-    nearby = sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))
-    by_session: dict[tuple[str, str, str], list[Any]] = {}
-    for record in nearby:
-        by_session.setdefault((record.user_id, record.agent_id, record.session_id), []).append(record)
+    by_session = await session_turns(storage, request.scope, request.statuses, turns_store,
+                                     [(a.record.event_time() - reach, a.record.event_time() + reach) for a in anchors])
     extra: dict[str, list[Hit]] = {}
     for anchor in anchors:
         turns = by_session.get((anchor.record.user_id, anchor.record.agent_id, anchor.record.session_id), [])

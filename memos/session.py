@@ -269,7 +269,8 @@ class MemorySession:
     async def _retrieve(self, query: str) -> list[Hit]:
         if not query.strip():
             return []
-        return await self.memory.search(query, self.retrieval_scope, k=self.retrieval_k)
+        # packed into the prompt beside the turns in context (the newest of which asks): no replies
+        return await self.memory.search(query, self.retrieval_scope, k=self.retrieval_k, replies=False)
 
     async def _read_step(self) -> None:
         """The step's first read: every table's version (one call), then the in-context turns

@@ -64,6 +64,16 @@ async def test_full_text_finds_chinese_words_inside_clauses(db_path: Path):
     assert MARK not in hit.record.text and hit.record.summary == TURNS[0][1]  # the index tokens never show
 
 
+async def test_a_chinese_question_turn_brings_the_answer_that_shares_none_of_its_words(db_path: Path):
+    mem = await MemoryOS.open(db_path, embedder=None)
+    chat = [("王芳", "你搬到徐汇的新家了？"), ("李明", "上周六搬的，走到地铁只要五分钟。"), ("王芳", "太好了，房租贵吗？"),
+            ("李明", "每个月六千五，比之前贵一千。"), ("王芳", "小雨开始学钢琴了。")]
+    await mem.ingest(SCOPE, [Message(id=f"t{i}", actor=a, text=t, timestamp=T0 + timedelta(seconds=30 * i))
+                             for i, (a, t) in enumerate(chat)])
+    hits = await mem.search("李明的房租多少钱？", SCOPE, k=1)
+    assert [h.record.summary for h in hits] == ["太好了，房租贵吗？", "每个月六千五，比之前贵一千。"]
+
+
 async def test_a_mixed_language_query_finds_both_languages_records(db_path: Path):
     mem = await MemoryOS.open(db_path, embedder=None)
     await _ingested(mem)

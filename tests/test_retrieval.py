@@ -62,3 +62,34 @@ async def test_overlapping_neighbour_windows_bring_each_turn_once(mem):
     from memos.packing import render_hits
 
     assert mem.tokenizer.count(render_hits(hits)) <= 1600 and render_hits(hits).count("Pepper loved swimming") == 1
+
+
+async def ingest_one_by_one(mem, scope, turns):
+    """Each turn in its own call: a reply does not carry the words of its question as context."""
+    start = datetime(2024, 7, 3, 18, 0, tzinfo=UTC)
+    for i, (speaker, text) in enumerate(turns):
+        await mem.ingest(scope, [{"speaker": speaker, "text": text, "id": f"D1:{i + 1}", "timestamp": start + timedelta(seconds=30 * i)}])
+
+
+async def test_a_top_k_hit_that_asks_brings_the_reply_it_got(mem):
+    scope = Scope("u")
+    await ingest_one_by_one(mem, scope, [("Ana" if i % 2 == 0 else "Ben", text) for i, text in enumerate(TURNS)])
+    hits = await mem.search("How is the new job?", scope, k=1)
+    assert [s for h in hits for s in h.source_ids] == ["D1:7", "D1:8"]  # the question, then its answer
+    assert hits[1].parts == {"reply_to": 1.0} and hits[1].record.summary == "Busy, I lead the data team now."
+    assert [s for h in await mem.search("How is the new job?", scope, k=1, replies=False) for s in h.source_ids] == ["D1:7"]
+
+
+async def test_a_statement_or_a_question_followed_by_its_own_speaker_brings_nothing(mem):
+    scope = Scope("u")
+    await ingest_one_by_one(mem, scope, [("Ana", "Is the ferry to Hvar running today?"), ("Ana", "Never mind, I found the timetable."),
+                                         ("Ben", "The glacier hike was cancelled."), ("Ana", "Oh no, what a pity.")])
+    assert [s for h in await mem.search("ferry to Hvar", scope, k=1) for s in h.source_ids] == ["D1:1"]
+    assert [s for h in await mem.search("glacier hike cancelled", scope, k=1) for s in h.source_ids] == ["D1:3"]
+
+
+def test_a_turn_asks_when_it_ends_with_a_question_mark():
+    from memos.replies import asks
+
+    assert asks("How is the new job?") and asks("房租贵吗？") and asks("真的吗？！") and asks('"Really?" ')
+    assert not asks("Yes? I think so.") and not asks("每个月六千五。") and not asks("")
