@@ -34,3 +34,34 @@ def test_bench_turn_reports_each_part_and_reuses_its_store(tmp_path):
     assert again["reused"] is True and again["records"] >= 300  # the first run's turns are in it too
     bad = runner.invoke(app, ["bench", "turn", "--embedder", "bert"])
     assert bad.exit_code == 2 and "hashed" in bad.output
+
+
+async def test_bulk_build_keeps_every_record_and_drops_old_versions_between_batches(tmp_path, monkeypatch, embedder):
+    import memos.bench.scale as scale
+
+    monkeypatch.setattr(scale, "PURGE_EVERY", 400)  # a purge after the 2nd and 4th batch, none after the last
+    purges = []
+    from memos.storage import Storage
+
+    original = Storage.purge_old_versions
+
+    async def counted(self, *args, **kwargs):
+        purges.append(sum([await self.count(name) for name in self.tables]))
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Storage, "purge_old_versions", counted)
+    report = await scale.run_scale_bench(1000, path=tmp_path / "s", queries=20, batch=200, embedder="hashed",
+                                         query_embedder="local")
+    assert purges == [400, 800]
+    assert report["records"] == 1000 and report["query_embedder"] == embedder.name
+    memory, reused = await scale.open_bench_store(1000, tmp_path / "s", embedder=scale.HashedTokens())
+    assert reused["reused"] is True
+    assert sum([await memory.storage.count(name) for name in memory.type_names]) == 1000
+    table = memory.storage.type_table("episodic").table
+    # versions left: the last purge's, then the batches and optimizes after it (not one per commit since the start)
+    assert len(await table.list_versions()) < 40
+
+
+def test_bench_scale_rejects_an_unknown_query_embedder():
+    bad = runner.invoke(app, ["bench", "scale", "--records", "100", "--embedder", "hashed", "--query-embedder", "bert"])
+    assert bad.exit_code == 2 and "hashed" in bad.output

@@ -65,15 +65,19 @@ def scale(
     queries: Annotated[int, typer.Option(min=20, help="Searches to time.")] = 200,
     path: Annotated[Path | None, typer.Option(help="Store directory (default: a temp dir; an existing one is reused).")] = None,
     embedder: Annotated[str, typer.Option(help="What builds the data: 'local' (the model) or 'hashed' (fast, for 1M runs).")] = "local",
+    batch: Annotated[int, typer.Option(min=100, max=100_000, help="Records generated at a time; each scope's share is one `add` call.")] = 1000,
+    query_embedder: Annotated[str | None, typer.Option(help="What embeds the queries (default: what built the data); 'local' keeps the model resident.")] = None,
 ) -> None:
     """Insert N records over the six stores, index, and time searches (query embedding excluded)."""
     from ..bench.scale import run_scale_bench
 
     _check_bench_embedder(embedder)
+    if query_embedder is not None:
+        _check_bench_embedder(query_embedder)
     with Progress(console=console) as progress:
         task = progress.add_task("inserting", total=records)
-        report = run_sync(run_scale_bench(records, path=path, queries=queries, embedder=embedder,
-                                          progress=lambda n, total: progress.update(task, completed=n)))
+        report = run_sync(run_scale_bench(records, path=path, queries=queries, embedder=embedder, batch=batch,
+                                          query_embedder=query_embedder, progress=lambda n, total: progress.update(task, completed=n)))
     emit_json(report, json_out)
 
 
