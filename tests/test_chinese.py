@@ -74,6 +74,25 @@ async def test_a_chinese_question_turn_brings_the_answer_that_shares_none_of_its
     assert [h.record.summary for h in hits] == ["太好了，房租贵吗？", "每个月六千五，比之前贵一千。"]
 
 
+async def test_a_chinese_reply_is_found_by_the_words_of_the_turn_before_it(db_path: Path):
+    mem = await MemoryOS.open(db_path, embedder=None)
+    chat = [Message(id="q", actor="王芳", text="你周末一般做什么运动？", timestamp=T0),
+            Message(id="a", actor="李明", text="跑步，每天早上五公里。", timestamp=T0 + timedelta(seconds=30)),
+            Message(id="x", actor="王芳", text="小雨开始学钢琴了。", timestamp=T0 + timedelta(seconds=60))]
+    await mem.ingest(SCOPE, chat)  # one batch: the reply keeps the question as its context
+    [row] = await mem.storage.rows("episodic", "id IS NOT NULL AND summary = '跑步，每天早上五公里。'")
+    assert row["text"].endswith("周末 末一 一般 般做 做什 什么 么运 运动")  # the context's bigrams, no characters
+    found = [h.record.summary for h in await mem.search("周末的运动", SCOPE, k=3, replies=False)]
+    assert found == ["你周末一般做什么运动？", "跑步，每天早上五公里。"]
+    alone = Scope("li", "bot", "s1")
+    for message in chat:  # one at a time: the reply carries no context and shares no word with the query
+        await mem.ingest(alone, [message])
+    assert [h.record.summary for h in await mem.search("周末的运动", alone, k=3, replies=False)] == ["你周末一般做什么运动？"]
+    english = Episode(actor="Ben", summary="Yes, Pepper loved it.", context="Ana: Did you take the dog?")
+    stored = mem.storage.type_table("episodic").to_row(english.model_copy(update={"text": english.search_text()}), None)
+    assert stored["text"] == "Ben: Yes, Pepper loved it. Ana: Did you take the dog?"  # English: as before, byte for byte
+
+
 async def test_a_mixed_language_query_finds_both_languages_records(db_path: Path):
     mem = await MemoryOS.open(db_path, embedder=None)
     await _ingested(mem)

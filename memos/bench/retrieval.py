@@ -5,7 +5,8 @@ Every turn goes in through `MemoryOS.ingest`; every question is answered by
 question counts as covered at B when the `source_ids` of the packed hits include all (or
 any) of its evidence dia_ids. Tokens are counted with o200k_base. Beside the budgets, a plain
 top-3 search (`k=3`, what a tool call returns) counts the questions whose evidence is all
-(`top3_all`) or partly (`top3_any`) among its three hits. `halves` splits the questions in
+(`top3_all`) or partly (`top3_any`) among its hits (the three, and the reply to any of them
+that asks a question: `memos.replies`). `halves` splits the questions in
 two, alternately within each category (`a`: the 1st, 3rd, ... question of a category; `b`: the
 others), so a choice tuned on one half can be checked on the other (top-3 all and
 recall_all@1000 per half).
