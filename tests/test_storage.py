@@ -260,3 +260,17 @@ async def test_a_top_k_search_takes_its_winners_rows_even_after_a_compaction_mov
     assert all(r["user_id"] == "alice" and r["summary"].startswith("Alice note") for r in taken)
     hits = await mem.search("sailing boats", alice, k=5)
     assert len(hits) == 5 and all(h.record.summary.startswith("Alice note") and h.record.text for h in hits)
+
+
+async def test_one_row_commits_are_compacted_in_the_background_within_thirty_commits(mem, alice):
+    """A chat commits one turn at a time; each commit is a fragment that every search of the table
+    scans outside its indexes until a compaction folds it in (README, issue 18: with the old
+    interval of 200 commits a search at 100k records cost up to twice the CPU)."""
+    for n in range(30):
+        await mem.add(alice, Episode(actor="alice", summary=f"turn {n} about tea"))
+    await mem.storage.settle()
+    table = mem.storage.type_table("episodic").table
+    assert (await table.stats())["fragment_stats"]["num_fragments"] <= 8  # 30 with the old interval
+    hits = await mem.search("turn 7 about tea", alice, k=3)
+    assert hits and hits[0].record.summary == "turn 7 about tea"
+    assert await mem.storage.count("episodic") == 30
