@@ -48,9 +48,10 @@ class RankingPolicy:
     """At most this many of the best conversation turns bring the turn before and after them
     along (the question a reply answers, the answer a question got) in budgeted searches;
     0 turns it off."""
-    neighbour_budget_tokens: int = 800
+    neighbour_budget_tokens: int = 500
     """With a token budget, one best turn brings its neighbours per this many tokens (a small
-    budget is better spent on more hits than on context)."""
+    budget is better spent on more hits than on context). 500 since named speakers are
+    favoured: the reply a favoured turn got, from the other speaker, comes along at 500 too."""
     neighbour_window_minutes: float = 30.0
     """How far apart two turns of one session can be and still be neighbours."""
     graph_weight: float = 0.3
@@ -63,6 +64,13 @@ class RankingPolicy:
     conversation) says too little to link by."""
     graph_max_records: int = 2_000
     """At most this many linked records are searched within (the most specific links first)."""
+    speaker_weight: float = 1.0
+    """Multiplier 1 + w for the turns of a speaker the query names, in budgeted searches, when
+    the hits have other speakers too (`memos.speakers`); 0 turns it off."""
+    budget_candidates: int = 400
+    """A budgeted search fuses at least this many candidates of each list (vector, full-text):
+    shallow lists leave a record found by one list but just below the other's cut-off with
+    nothing from that list, and starve the speaker multiplier of the named speaker's turns."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 For each chosen store it runs a vector query and a native full-text query inside the scope
 (and time / tag / status filters), concurrently, then fuses all lists by their scaled scores
-(`memos.ranking.fuse`; records in the time window the query names, if any, rise), adds the
+(`memos.ranking.fuse`; records in the time window the query names, if any, rise; with a
+budget, the turns of a speaker the query names rise too, `memos.speakers`), adds the
 turns around the best conversation turns and, given a budget, packs the best hits into it
 (`memos.packing.pack`). Agents' active retrieval, the memory tools, the CLI and the
 benchmarks all come through `search`.
@@ -21,12 +22,17 @@ from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
 from .scope import Scope, Where, valid_at
+from .speakers import favour_speakers
 from .storage import Storage
 from .temporal import parse_time_window
 
 __all__ = ["RowView", "SearchRequest", "for_language", "fts_query", "search"]
 
 MAX_QUERY_CHARS = 4_000
+PACKABLE_TOKENS = 8
+"""A budget of B tokens is packed from the best B / 8 hits at most: a conversation turn
+renders in ~30 tokens, so the deep candidate lists (`RankingPolicy.budget_candidates`) are
+fused whole but only their head is built into records, measured and packed."""
 
 
 def fts_query(text: str) -> str:
@@ -64,6 +70,8 @@ async def search(
     text = fts_query(request.query)
     vector = await embedder.embed_query(request.query[:MAX_QUERY_CHARS]) if embedder and request.query.strip() else None
     per_list = max(2 * request.k, 20, (request.budget_tokens or 0) // 15)  # enough candidates to fill the budget
+    if request.budget_tokens is not None:  # and deep enough lists to fuse well (README, entity graph)
+        per_list = max(per_list, request.policy.budget_candidates)
     # A top-k search reads only what ranking needs and takes the k winners' rows afterwards
     # (reading every column of every candidate was a third of a query's time); packing a budget
     # may reach far down the list, so a budgeted search reads candidates whole.
@@ -108,8 +116,11 @@ async def search(
     named = request.since is None and request.until is None and request.policy.time_weight
     window = parse_time_window(request.query, now) if named else None  # explicit since/until already filter
     hits = fuse(candidates, for_language(request.policy, request.query, embedder), now, window)
-    # Records are built only for the hits that can be returned: all of them when packing a
-    # budget, the first k (their rows taken now) otherwise.
+    if request.budget_tokens is not None:  # a budgeted search has its candidates' rows (speakers) at hand
+        hits = favour_speakers(hits, request.query, request.policy.speaker_weight)
+        hits = hits[: max(request.k, request.budget_tokens // PACKABLE_TOKENS)]
+    # Records are built only for the hits that can be returned: those a budget can reach when
+    # packing one, the first k (their rows taken now) otherwise.
     hits = await _taken(storage, hits[: request.k], wheres) if lean else hits
     for hit in hits:
         if isinstance(hit.record, RowView):
@@ -178,6 +189,7 @@ async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[
                 extra.setdefault(anchor.id, []).append(Hit(turns_store, record, anchor.score, {"neighbour_of": 1.0}))
     out: list[Hit] = []
     seen: set[str] = set()
+    found = {hit.id: hit for hit in hits}
     for hit in hits:
         if hit.id in seen:
             continue
@@ -185,6 +197,9 @@ async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[
         seen.add(hit.id)
         for neighbour in extra.get(hit.id, []):
             if neighbour.id not in seen:
+                if neighbour.id in found:  # a hit in its own right keeps why it ranked (its parts)
+                    found[neighbour.id].parts["neighbour_of"] = 1.0
+                    neighbour = found[neighbour.id]
                 out.append(neighbour)
                 seen.add(neighbour.id)
     return out
