@@ -32,6 +32,7 @@ from .exceptions import InvalidRecordError, RecordNotFoundError
 from .merging import DisjointSets
 from .ranking import Candidate, RowView
 from .scope import Scope, Where, sql_string, validate_record_id
+from .speakers import ROLES
 from .storage import Storage, history_row
 
 if TYPE_CHECKING:
@@ -74,14 +75,12 @@ SINGLE_VALUED = frozenset({
 """Predicates a subject has one object of at a time: a newer one closes the older (consolidation)."""
 GENERIC_KINDS = frozenset({"", "thing", "name"})
 """Kinds that say nothing specific (the raw extractor's "name"): a specific kind replaces them."""
-ROLE_NAMES = frozenset({"user", "assistant", "system", "tool", "agent", "ai", "bot", "ingest"})
-"""Speakers that are roles, not names: their turns are not linked to a person by who spoke."""
 
 
 def _mentioned_text(record: MemoryRecord) -> tuple[str, str]:
     """(speaker, text) of a record, as the extractor reads it."""
     speaker = getattr(record, "actor", "") if getattr(record, "event_type", "") == "message" else ""
-    speaker = "" if normal_name(speaker) in ROLE_NAMES else speaker
+    speaker = "" if normal_name(speaker) in ROLES else speaker  # a role's turns link to no person
     text = " ".join(x for x in (getattr(record, "summary", ""), getattr(record, "details", "")) if x) or record.index_text()
     return speaker, text
 

@@ -23,7 +23,8 @@ from .ranking import Hit, RowView
 __all__ = ["ROLES", "favour_speakers", "named_speakers"]
 
 ROLES = frozenset({"user", "assistant", "system", "tool", "agent", "ai", "bot", "ingest"})
-"""Speakers that are roles, not names: a query saying "user" does not name a person."""
+"""Speakers that are roles, not names: a query saying "user" does not name a person, and the
+entity graph links a role's turns to no person (`memos.graph`)."""
 _WORD = re.compile(r"\w+")
 
 
