@@ -570,7 +570,8 @@ class MemoryOS:
         Returns the `k` best hits, or with `budget_tokens` the best hits that fit the budget
         when rendered. Each hit carries its store, score parts and provenance. In a top-k
         search, a conversation turn that asks a question brings the reply it got right behind
-        it (`replies`, an extra hit marked `reply_to`; `memos.replies`).
+        it (`replies`, an extra hit marked `reply_to`), and a statement and the answer to the
+        follow-up question it drew bring each other (marked `exchange`; `memos.replies`).
         """
         query, scope = check.check_query(query), check.check_scope(scope)
         k = check.check_int(k, "k", low=1, high=check.MAX_K)

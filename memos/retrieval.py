@@ -56,7 +56,8 @@ class SearchRequest:
     statuses: tuple[str, ...] = ("active",)
     policy: RankingPolicy = field(default_factory=RankingPolicy)
     replies: bool = True
-    """A top-k hit that asks a question brings the reply it got (`memos.replies`)."""
+    """A top-k hit that asks a question brings the reply it got, and one half of an exchange
+    (statement, follow-up question, answer) the other (`memos.replies`)."""
 
 
 async def search(
@@ -130,7 +131,7 @@ async def search(
         hits = await _with_neighbours(storage, request, hits, turns)
     if request.budget_tokens is not None:
         return pack(hits, request.budget_tokens, count_tokens)
-    if request.replies and turns is not None:  # a hit that asks brings its answer (memos.replies)
+    if request.replies and turns is not None:  # a question its reply, an exchange its other half (memos.replies)
         return await with_replies(storage, request.scope, request.statuses, request.policy.neighbour_window_minutes,
                                   hits[: request.k], turns)
     return hits[: request.k]

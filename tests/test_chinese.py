@@ -74,6 +74,19 @@ async def test_a_chinese_question_turn_brings_the_answer_that_shares_none_of_its
     assert [h.record.summary for h in hits] == ["太好了，房租贵吗？", "每个月六千五，比之前贵一千。"]
 
 
+async def test_a_statement_and_the_answer_to_the_question_it_drew_come_together(db_path: Path):
+    mem = await MemoryOS.open(db_path, embedder=None)
+    chat = [("李明", "告诉你个大新闻，我跟周婷求婚了，她答应了！"), ("王芳", "天哪！恭喜恭喜！什么时候的事？"),
+            ("李明", "上个星期六，在外滩的一家法餐厅。"), ("王芳", "小雨开始学钢琴了。")]
+    for i, (actor, text) in enumerate(chat):  # one at a time: the answer carries no context words
+        await mem.ingest(SCOPE, [Message(id=f"t{i}", actor=actor, text=text, timestamp=T0 + timedelta(seconds=30 * i))])
+    hits = await mem.search("李明在哪里求婚？", SCOPE, k=1)  # the answer shares no word with the query
+    assert [h.record.summary for h in hits] == [chat[0][1], chat[2][1]] and hits[1].parts == {"exchange": 1.0}
+    hits = await mem.search("外滩的法餐厅", SCOPE, k=1)  # and the answer brings what it is about
+    assert [h.record.summary for h in hits] == [chat[2][1], chat[0][1]]
+    assert [h.record.summary for h in await mem.search("李明在哪里求婚？", SCOPE, k=1, replies=False)] == [chat[0][1]]
+
+
 async def test_a_chinese_reply_is_found_by_the_words_of_the_turn_before_it(db_path: Path):
     mem = await MemoryOS.open(db_path, embedder=None)
     chat = [Message(id="q", actor="王芳", text="你周末一般做什么运动？", timestamp=T0),
@@ -221,4 +234,5 @@ async def test_the_chinese_set_runs_through_the_retrieval_bench_in_two_halves(tm
     a, b = report["halves"]["a"], report["halves"]["b"]
     assert report["questions"] == 57 and (a["questions"], b["questions"]) == (29, 28)  # 28 / 12 / 17 per category, alternately
     assert round((a["top3_all"] * 29 + b["top3_all"] * 28) / 57, 3) == report["top3_all"]
-    assert report["top3_all"] >= 0.65 and report["recall_all"]["1000"] >= 0.9  # full-text only; README: 0.667, 0.912
+    # full-text only; README: 0.807 (issue 15 asks for 0.80) with 5.1 records a top-3 search, 0.912
+    assert report["top3_all"] >= 0.8 and 3 <= report["top3_records"] <= 6 and report["recall_all"]["1000"] >= 0.9

@@ -88,6 +88,36 @@ async def test_a_statement_or_a_question_followed_by_its_own_speaker_brings_noth
     assert [s for h in await mem.search("glacier hike cancelled", scope, k=1) for s in h.source_ids] == ["D1:3"]
 
 
+async def test_a_top_k_statement_and_the_answer_to_the_question_it_drew_bring_each_other(mem):
+    scope = Scope("u")
+    await ingest_one_by_one(mem, scope, [("Ana", "I finally ran my first half marathon last Sunday!"),
+                                         ("Ben", "Congratulations! What was your time?"),
+                                         ("Ana", "Two hours and eight minutes, faster than I hoped."),
+                                         ("Ben", "The glacier hike was cancelled.")])
+    hits = await mem.search("half marathon", scope, k=1)
+    assert [s for h in hits for s in h.source_ids] == ["D1:1", "D1:3"] and hits[1].parts == {"exchange": 1.0}
+    assert [s for h in await mem.search("two hours and eight minutes", scope, k=1) for s in h.source_ids] == ["D1:3", "D1:1"]
+    assert [s for h in await mem.search("half marathon", scope, k=1, replies=False) for s in h.source_ids] == ["D1:1"]
+
+
+def test_an_exchange_is_a_statement_a_question_from_someone_else_and_the_same_speakers_answer():
+    from types import SimpleNamespace as Turn
+
+    from memos.replies import exchange_partners
+
+    def turns(*spoken):
+        return [Turn(actor=actor, summary=text) for actor, text in spoken]
+
+    said = turns(("Ana", "I ran a half marathon."), ("Ben", "What was your time?"), ("Ana", "Two hours."),
+                 ("Ben", "Nice. And the weather?"), ("Ana", "Sunny."))
+    assert exchange_partners(said, 0) == [said[2]] and exchange_partners(said, 4) == [said[2]]
+    assert exchange_partners(said, 2) == [said[0], said[4]]  # the answer to one question, the statement for the next
+    assert exchange_partners(said, 1) == [] and exchange_partners(said, 3) == []  # a question brings its reply instead
+    assert exchange_partners(turns(("Ana", "I ran."), ("Ben", "Nice."), ("Ana", "Two hours.")), 0) == []  # nothing asked
+    assert exchange_partners(turns(("Ana", "I ran."), ("Ben", "Your time?"), ("Cy", "Two hours.")), 0) == []  # someone else answered
+    assert exchange_partners(turns(("Ana", "I ran."), ("Ana", "Your time?"), ("Ana", "Two hours.")), 0) == []  # asked herself
+
+
 def test_a_turn_asks_when_it_ends_with_a_question_mark():
     from memos.replies import asks
 

@@ -5,11 +5,12 @@ Every turn goes in through `MemoryOS.ingest`; every question is answered by
 question counts as covered at B when the `source_ids` of the packed hits include all (or
 any) of its evidence dia_ids. Tokens are counted with o200k_base. Beside the budgets, a plain
 top-3 search (`k=3`, what a tool call returns) counts the questions whose evidence is all
-(`top3_all`) or partly (`top3_any`) among its hits (the three, and the reply to any of them
-that asks a question: `memos.replies`). `halves` splits the questions in
-two, alternately within each category (`a`: the 1st, 3rd, ... question of a category; `b`: the
-others), so a choice tuned on one half can be checked on the other (top-3 all and
-recall_all@1000 per half).
+(`top3_all`) or partly (`top3_any`) among its hits (the three, the reply to any of them
+that asks a question and the other half of any exchange among them: `memos.replies`;
+`top3_records`: how many records such a search returned, on average). `halves` splits the
+questions in two, alternately within each category (`a`: the 1st, 3rd, ... question of a
+category; `b`: the others), so a choice tuned on one half can be checked on the other (top-3
+all and recall_all@1000 per half).
 
 The same LOCOMO-shaped file format carries the project's Chinese set
 (`tests/data/zh_conversation.json`).
@@ -74,9 +75,12 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
     halves = {h: [0, 0, 0] for h in "ab"}  # questions, top-3 all, recall_all@1000
     seen_in_cat: dict[int, int] = {}
     latencies: list[float] = []
+    records: list[int] = []
     for n, (conv, q) in enumerate(questions, 1):
         evidence = set(q.evidence)
-        first = {s for h in await mem.search(q.text, Scope(conv.sample_id), k=3) for s in h.source_ids}
+        top = await mem.search(q.text, Scope(conv.sample_id), k=3)
+        records.append(len(top))
+        first = {s for h in top for s in h.source_ids}
         half = halves["ab"[seen_in_cat.get(q.category, 0) % 2]]
         seen_in_cat[q.category] = seen_in_cat.get(q.category, 0) + 1
         half[0] += 1
@@ -109,6 +113,7 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
         "recall_any": {str(b): round(hit_any[b] / total, 3) for b in BUDGETS},
         "top3_all": round(top3[0] / total, 3),
         "top3_any": round(top3[1] / total, 3),
+        "top3_records": round(statistics.fmean(records), 2) if records else 0.0,
         "halves": {h: {"questions": v[0], "top3_all": round(v[1] / max(1, v[0]), 3),
                        "recall_all_1000": round(v[2] / max(1, v[0]), 3)} for h, v in halves.items()},
         "recall_all_by_category": {str(c): round(v[0] / max(1, v[1]), 3) for c, v in sorted(by_cat.items())},
