@@ -17,6 +17,7 @@ from typing import Any
 from ._malloc import release_free_memory
 from .audit import repair_history
 from .indexing import ensure_indexes
+from .search_index import SEARCH_TABLE
 from .storage import Storage, is_conflict
 
 __all__ = ["compact_tables", "maintain"]
@@ -29,6 +30,7 @@ async def compact_tables(storage: Storage, *, cleanup_older_than: timedelta = ti
     out: dict[str, Any] = {}
     tables = {name: t.table for name, t in storage.tables.items()}
     tables["_history"] = storage.history
+    tables |= {SEARCH_TABLE: table for table in storage.search_tables()}
     for name, table in tables.items():
         try:
             stats = await storage.write(table, lambda table=table: table.optimize(cleanup_older_than=cleanup_older_than))
@@ -54,6 +56,8 @@ async def maintain(storage: Storage, *, min_rows: int | None = None,
     indexes = await ensure_indexes(storage, min_rows=min_rows)
     purge = await storage.finish_deferred_purge()
     repaired = await repair_history(storage)
+    if storage.search.table is not None:
+        await storage.search.check()  # a mirror write another process missed (memos.search_index)
     release_free_memory()
     log.info("maintenance: compacted %d tables, indexes %s", len(compaction), indexes)
     out: dict[str, Any] = {"compaction": compaction, "indexes": indexes}

@@ -184,12 +184,16 @@ class MemoryOS:
             stamped = self._revalidate(record, {**scope.stamp(), "created_at": now, "updated_at": now})
             prepared.setdefault(stamped.memory_type, []).append(self._seal(stamped))
         history: list[dict[str, Any]] = []  # one history commit for every store written (fewer commits)
+        mirror = self.storage.search.gathering()  # one commit to the shared search table too
         try:
-            for name, group in prepared.items():
-                with span("memos.add", memory_type=name, records=len(group), user_id=scope.user_id, actor=actor):
-                    await self._write(name, group, "add", actor, before=None, history=history)
-        finally:  # the stores that committed are audited even when a later one failed
-            await self.storage.append_history(history)
+            with mirror:
+                for name, group in prepared.items():
+                    with span("memos.add", memory_type=name, records=len(group), user_id=scope.user_id, actor=actor):
+                        await self._write(name, group, "add", actor, before=None, history=history)
+        finally:  # the stores that committed are audited (and mirrored) even when a later one failed
+            audited, _ = await asyncio.gather(self.storage.append_history(history), mirror.flush(), return_exceptions=True)
+            if isinstance(audited, BaseException):
+                raise audited
         for record in items:
             clear = [getattr(record, f) for f in record.secret_fields if getattr(record, f)]
             if clear and record.source_ids:

@@ -57,6 +57,7 @@ async def rebuild_tables(storage: Storage, embedder: TextEmbedder,
     storage.reads.clear()  # new tables start their own versions: nothing read from the old ones holds
     storage.dim = embedder.dim
     storage.embedder_name = embedder.name
+    await storage.search.rebuild()  # the shared search table carries the old vectors (memos.search_index)
     for old_name in old_names.values():
         await storage.conn.drop_table(old_name)
     return done

@@ -21,7 +21,8 @@ from .fulltext import cjk_share, query_words
 from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
-from .scope import Scope, Where, valid_at
+from .scope import Scope, Where, sql_string, valid_at
+from .search_index import EVENT_TIME
 from .speakers import favour_speakers
 from .storage import Storage
 from .temporal import parse_time_window
@@ -29,6 +30,8 @@ from .temporal import parse_time_window
 __all__ = ["RowView", "SearchRequest", "for_language", "fts_query", "search"]
 
 MAX_QUERY_CHARS = 4_000
+SHARED = "*"
+"""The job name of the shared search table's queries (their rows name their store)."""
 PACKABLE_TOKENS = 8
 """A budget of B tokens is packed from the best B / 8 hits at most: a conversation turn
 renders in ~30 tokens, so the deep candidate lists (`RankingPolicy.budget_candidates`) are
@@ -82,6 +85,13 @@ async def search(
     known = {name: storage.known_rows(name) for name in request.types}  # no read for a table already seen
     unknown = [name for name, has in known.items() if has is None]
     known |= dict(zip(unknown, await asyncio.gather(*(storage.has_rows(name) for name in unknown)), strict=True))
+    # In a top-k search the stores the shared search table mirrors are searched there: one vector
+    # and one full-text query for all of them (memos.search_index); the others with their own
+    # queries. A budgeted search keeps its per-store lists: through the shared table it had to
+    # read the head of its fused list by id afterwards (up to budget / 8 rows), which cost more
+    # than the queries it saved (README, issue 18, third round).
+    shared = [n for n in request.types if known[n] and lean and storage.search.usable and storage.search.covers(n)
+              and not (request.until is not None and getattr(storage.type_table(n).record_type, "bitemporal", False))]
     for name in [n for n in request.types if known[n]]:
         table = storage.type_table(name)
         conditions = (
@@ -95,10 +105,20 @@ async def search(
         where = conditions.build()
         columns = RowView.columns(table.record_type.time_field) if lean else None
         wheres[name] = where
+        if name in shared:
+            continue
         if vector is not None:
             jobs.append((name, "vector", storage.vector_search(name, vector, where, per_list, columns)))
         if text:
             jobs.append((name, "text", storage.text_search(name, text, where, per_list, columns)))
+    if shared:
+        where = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
+                 .tags_any(request.tags).raw("memory_type IN (" + ", ".join(sql_string(n) for n in shared) + ")").build())
+        limit = per_list * len(shared)  # as many candidates as the per-store lists gave together
+        if vector is not None:
+            jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit)))
+        if text:
+            jobs.append((SHARED, "text", storage.search.text_search(text, where, limit)))
     if "entity" in storage.tables and request.policy.graph_weight > 0:
         from .graph import graph_candidates  # the entity graph's list (records linked to the query's entities)
 
@@ -109,6 +129,9 @@ async def search(
     for (name, source, _), rows in zip(jobs, lists, strict=True):
         if source == "graph":
             candidates.extend(rows)
+            continue
+        if name == SHARED:
+            candidates.extend(_shared_candidates(rows, source, views))
             continue
         time_field = storage.type_table(name).record_type.time_field
         view = lambda row, name=name, time_field=time_field: views.get((name, row["id"])) or views.setdefault(  # noqa: E731
@@ -137,6 +160,24 @@ async def search(
     return hits[: request.k]
 
 
+def _shared_candidates(rows: list[dict], source: str, views: dict[tuple[str, str], RowView]) -> list[Candidate]:
+    """Candidates from one shared-table list, ranked within their own store as the per-store
+    lists were (a row a repair left twice counts once)."""
+    by_store: dict[str, list[dict]] = {}
+    seen: set[tuple[str, str]] = set()
+    for row in rows:
+        key = (row["memory_type"], row["id"])
+        if key not in seen:
+            seen.add(key)
+            by_store.setdefault(row["memory_type"], []).append(row)
+    out: list[Candidate] = []
+    for name, store_rows in by_store.items():
+        view = lambda row, name=name: views.get((name, row["id"])) or views.setdefault(  # noqa: E731
+            (name, row["id"]), RowView.of(row, EVENT_TIME))
+        out.extend(rank_rows(name, store_rows, source, view))
+    return out
+
+
 def for_language(policy: RankingPolicy, query: str, embedder: TextEmbedder | None) -> RankingPolicy:
     """`policy` with an English-only embedder's list weighed by the query's non-CJK share: the
     default MiniLM's vectors of a Chinese query are mostly noise, which pulled the hybrid top-3
@@ -149,14 +190,14 @@ def for_language(policy: RankingPolicy, query: str, embedder: TextEmbedder | Non
 async def _taken(storage: Storage, hits: list[Hit], wheres: dict[str, str | None]) -> list[Hit]:
     """The hits with their full rows read (one read per store, concurrently); a hit whose
     record was deleted since the search is dropped."""
-    stores = list(dict.fromkeys(hit.memory_type for hit in hits if isinstance(hit.record, RowView)))
+    stores = list(dict.fromkeys(hit.memory_type for hit in hits if _lean(hit)))
     taken = await asyncio.gather(*(
-        storage.take(name, [hit.record.row for hit in hits if hit.memory_type == name and isinstance(hit.record, RowView)],
-                     wheres[name]) for name in stores))
+        storage.take(name, [hit.record.row for hit in hits if hit.memory_type == name and _lean(hit)], wheres[name])
+        for name in stores))
     rows = {(name, row["id"]): row for name, store_rows in zip(stores, taken, strict=True) for row in store_rows}
     kept = []
     for hit in hits:
-        if not isinstance(hit.record, RowView):  # a graph relation comes whole
+        if not _lean(hit):  # a graph relation, or a row a budgeted search read whole
             kept.append(hit)
             continue
         row = rows.get((hit.memory_type, hit.id))
@@ -164,6 +205,11 @@ async def _taken(storage: Storage, hits: list[Hit], wheres: dict[str, str | None
             hit.record.row = row
             kept.append(hit)
     return kept
+
+
+def _lean(hit: Hit) -> bool:
+    """A hit known only by the ranking columns of its row (its full row still to be read)."""
+    return isinstance(hit.record, RowView) and "text" not in hit.record.row
 
 
 async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[Hit], turns_store: str) -> list[Hit]:

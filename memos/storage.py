@@ -39,6 +39,7 @@ from .lease import StoreLease
 from .read_cache import ReadCache
 from .scope import sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, row_from_record
+from .search_index import SearchIndex
 
 __all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "META", "Storage", "TypeTable", "arrow_rows", "history_row", "is_conflict", "retry_conflicts", "storage_error"]
 
@@ -209,6 +210,8 @@ class Storage:
         self.lease = StoreLease.for_uri(uri)
         self.reads = ReadCache()
         """Reads remembered at table versions; every write below reports its version to it."""
+        self.search = SearchIndex(self, [])
+        """The shared search table of the default stores, mirrored on every write (`memos.search_index`)."""
 
     async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12) -> T:
         """Run one LanceDB write holding the purge lease shared (see `memos.lease`): commit
@@ -272,6 +275,13 @@ class Storage:
             log.warning("automatic compaction of %s skipped (%s); the next one or the maintenance job does it",
                         table.name, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
 
+    async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0) -> T:
+        """A write to a table that is no memory type's own (the shared search table), counted
+        toward its automatic compaction like the stores' writes (`_committed`)."""
+        result = await self.write(table, op)
+        await self._committed(table, rows)
+        return result
+
     async def settle(self) -> None:
         """Wait for the background optimizes that writes started (see `_committed`)."""
         loop = asyncio.get_running_loop()
@@ -311,6 +321,8 @@ class Storage:
         if values.get("fulltext") != FORM:
             await storage._migrate_fulltext()
             await _write_meta(meta, "fulltext", FORM)
+        storage.search = SearchIndex(storage, record_types)
+        await storage.search.open()  # rebuilt if missing, caught up if a crash left it behind
         return storage
 
     async def _migrate_fulltext(self) -> None:
@@ -406,6 +418,8 @@ class Storage:
                 report(await self.write(table, lambda: table.add(rows)), rows)
             self._nonempty.add(memory_type)
             await self._committed(table, len(rows))
+            if self.search.covers(memory_type):
+                await self.search.added(memory_type, rows)
 
     async def upsert_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
         if rows:
@@ -415,6 +429,8 @@ class Storage:
                     table, lambda: table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
                 ))
             await self._committed(table, len(rows))
+            if self.search.covers(memory_type):
+                await self.search.upserted(memory_type, rows)
 
     async def update_rows(self, memory_type: str, rows: list[dict[str, Any]], read_at: dict[str, datetime]) -> None:
         """Replace existing rows, each only if it is still the version that was read (its
@@ -430,13 +446,21 @@ class Storage:
             result = report(await self.write(table, lambda: table.merge_insert("id").when_matched_update_all(where=condition).execute(rows)))
         await self._committed(table, len(rows))
         updated = getattr(result, "num_updated_rows", len(rows))
+        if self.search.covers(memory_type):
+            if updated == len(rows):
+                await self.search.upserted(memory_type, rows)
+            else:  # only some still matched: mirror what the table holds now
+                await self.search.synced(memory_type, [r["id"] for r in rows])
         if updated != len(rows):
             raise RecordChangedError(memory_type, [r["id"] for r in rows], updated)
 
     async def delete_rows(self, memory_type: str, where: str) -> None:
         table = self.tables[memory_type].table
+        ids = [r["id"] for r in await self.rows(memory_type, where, columns=["id"])] if self.search.covers(memory_type) else []
         with self._reporting(memory_type) as report:
             report(await self.write(table, lambda: table.delete(where)))
+        if ids:
+            await self.search.synced(memory_type, ids)
 
     async def rows(
         self, memory_type: str, where: str | None, limit: int | None = None, columns: list[str] | None = None
@@ -453,8 +477,12 @@ class Storage:
     async def refresh(self) -> None:
         """Point every table handle at its latest version (a job that runs for hours sees other
         processes' writes without waiting for the read-consistency interval)."""
-        for table in [*(t.table for t in self.tables.values()), self.history, self.meta]:
+        for table in [*(t.table for t in self.tables.values()), self.history, self.meta, *self.search_tables()]:
             await table.checkout_latest()
+
+    def search_tables(self) -> list[Any]:
+        """The shared search table, if there is one (compacted, indexed and purged like the stores)."""
+        return [self.search.table] if self.search.table is not None else []
 
     async def versions(self) -> dict[str, int]:
         """The latest version of every memory type's table and of the meta table (key `META`), in
@@ -518,8 +546,9 @@ class Storage:
         typed = self.tables[memory_type]
         if not rows:
             return []
+        addresses = [r["_rowid"] for r in rows if "_rowid" in r]  # rows of the shared search table have none
         try:
-            taken = arrow_rows(await typed.table.take_row_ids([r["_rowid"] for r in rows]).select(typed.result_columns).to_arrow())
+            taken = arrow_rows(await typed.table.take_row_ids(addresses).select(typed.result_columns).to_arrow()) if addresses else []
         except (OSError, RuntimeError, ValueError) as exc:  # an address gone with a compaction
             log.debug("take by row id failed on %s (%s); reading by id", memory_type, exc)
             taken = []
@@ -577,6 +606,10 @@ class Storage:
             if alone:
                 for table in tables:
                     await self._drop_old_versions(table, timedelta(0))
+                shared = self.search.table
+                if any(table is shared for table in tables) and await self.search.holds_deleted():  # memos.search_index
+                    await self.search.rewrite(lambda table, op: self._retrying(table, op, 12))
+                    await self._drop_old_versions(shared, timedelta(0))
         if alone:
             if memory_type is None and PENDING_PURGE in await self.get_meta():
                 await self.delete_meta([PENDING_PURGE])
@@ -609,7 +642,8 @@ class Storage:
 
     def _purge_tables(self, memory_type: str | None) -> list[Any]:
         typed = [self.tables[memory_type].table] if memory_type else [t.table for t in self.tables.values()]
-        return [self.history, self.meta, *typed]
+        shared = self.search_tables() if memory_type is None or self.search.covers(memory_type) else []
+        return [self.history, self.meta, *typed, *shared]
 
     async def _drop_old_versions(self, table: Any, older_than: timedelta) -> None:
         await table.checkout_latest()
@@ -637,6 +671,8 @@ class Storage:
         """Recreate a table's full-text index from its current rows (drops terms of deleted rows)."""
         table = self.tables[memory_type].table
         await self.write(table, lambda: table.create_index("text", config=FTS(with_position=False), replace=True))
+        if self.search.covers(memory_type):
+            await self.search.rebuild_text_index()
 
     async def get_meta(self) -> dict[str, str]:
         return await self.read(self.meta, lambda: _read_meta(self.meta))

@@ -20,6 +20,7 @@ from memos.memtypes import Episode
 from memos.paging import ExtractiveSummarizer, turn_line
 from memos.ranking import RankingPolicy
 from memos.retrieval import for_language
+from memos.search_index import SEARCH_META
 
 SCOPE = Scope("wang", "bot", "s1")
 ZH_SET = Path(__file__).parent / "data" / "zh_conversation.json"
@@ -222,7 +223,9 @@ async def test_a_store_written_before_bigrams_is_migrated_on_open(db_path: Path)
     old = [{"id": r["id"], "text": r["text"].split(" " + MARK)[0]} for r in rows]  # as the old code wrote them
     await table.merge_insert("id").when_matched_update_all().execute(old)
     await mem.storage.rebuild_text_index("episodic")
-    await mem.storage.delete_meta(["fulltext"])
+    await mem.storage.conn.drop_table(mem.storage.search.table.name)  # an old store had no shared search table either
+    mem.storage.search.table = None
+    await mem.storage.delete_meta(["fulltext", SEARCH_META])
     assert not await mem.search("羽毛球", SCOPE, k=3)  # an old store: a Chinese word inside a clause is not found
     reopened = await MemoryOS.open(db_path, embedder=None)
     assert [s for h in await reopened.search("羽毛球", SCOPE, k=1) for s in h.source_ids] == ["t0"]

@@ -23,7 +23,8 @@ async def test_maintenance_indexes_scope_columns_and_vectors_without_changing_re
     await mem.archive(Scope("ann"), "semantic", archived.id)
     before = [h.id for h in await mem.search("bees on the roof", Scope("ann", ""), k=5)]
     report = await maintain(mem.storage, min_rows=30)
-    assert report["indexes"]["semantic"].startswith("btree(user_id), bitmap(agent_id), bitmap(status), ivf_hnsw_sq")
+    assert report["indexes"]["semantic"].startswith("btree(user_id), bitmap(agent_id), bitmap(status), btree(id), ivf_hnsw_sq")
+    assert report["indexes"]["_search"].startswith("btree(user_id), bitmap(agent_id), bitmap(status), bitmap(memory_type), btree(key), ivf_hnsw_sq")
     indexes = {tuple(i.columns): i.index_type for i in await mem.storage.type_table("semantic").table.list_indices()}
     assert indexes[("user_id",)] == "BTree" and indexes[("agent_id",)] == indexes[("status",)] == "Bitmap" and ("vector",) in indexes
     after = await mem.search("bees on the roof", Scope("ann", ""), k=5)

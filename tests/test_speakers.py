@@ -85,6 +85,13 @@ async def test_a_budgeted_search_fuses_deep_candidate_lists(mem, monkeypatch):
             return await real(memory_type, query, where, limit, columns)
 
         monkeypatch.setattr(mem.storage, name, spy)
+        shared = getattr(mem.storage.search, name)  # the stores the shared search table holds (one here)
+
+        async def shared_spy(query, where, limit, real=shared):
+            asked.append(limit)
+            return await real(query, where, limit)
+
+        monkeypatch.setattr(mem.storage.search, name, shared_spy)
     await mem.search("hobbies", scope, budget_tokens=500)
     assert asked and min(asked) == RankingPolicy().budget_candidates
     asked.clear()

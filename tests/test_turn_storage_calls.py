@@ -15,7 +15,8 @@ Figures for the turn below (a store with records in every store, no tool call, n
 | one plan, reads remembered at table versions (six stores) | 28 | 11 |
 | the same, with the entity graph's two stores | 30 | 11 |
 | retrieval skips its emptiness checks for tables already seen (six stores) | 23 | 10 |
-| the same, with the entity graph's two stores (now) | 24 | 10 |
+| the same, with the entity graph's two stores | 24 | 10 |
+| one shared search table for the stores but the vault (`memos.search_index`; six stores) | 20 | 10 |
 
 What changed last: a step begins with one `versions` call (every table's latest version,
 `Storage.versions`); what was read before and has not changed since is not read again

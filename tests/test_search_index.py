@@ -1,0 +1,180 @@
+"""The shared search table (`memos.search_index`): mirrored on every write, repaired after a
+crash, rebuilt when missing, never holding the vault, and never a way across scopes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memos import MemoryOS, Scope
+from memos.bench.scale import HashedTokens
+from memos.memtypes import Episode, Fact, Procedure, VaultItem
+from memos.portability import export_scope, forget_user, import_lines
+from memos.search_index import SEARCH_META
+
+
+async def shared_rows(mem: MemoryOS) -> dict[tuple[str, str], dict]:
+    rows = await mem.storage.search.table.query().select(["memory_type", "id", "user_id", "status", "updated_at", "text"]).to_list()
+    return {(r["memory_type"], r["id"]): r for r in rows}
+
+
+async def typed_rows(mem: MemoryOS) -> dict[tuple[str, str], dict]:
+    out = {}
+    for name in mem.storage.search.types:
+        for r in await mem.storage.rows(name, None, columns=["id", "user_id", "status", "updated_at", "text"]):
+            out[(name, r["id"])] = r
+    return out
+
+
+async def assert_mirrored(mem: MemoryOS) -> None:
+    shared, typed = await shared_rows(mem), await typed_rows(mem)
+    assert set(shared) == set(typed)
+    for key, row in typed.items():
+        assert {k: shared[key][k] for k in ("user_id", "status", "updated_at", "text")} == \
+            {k: row[k] for k in ("user_id", "status", "updated_at", "text")}, key
+
+
+def counting(mem: MemoryOS) -> list[str]:
+    """Count the shared table's queries (the search went through it)."""
+    calls: list[str] = []
+    index = mem.storage.search
+    vector_search, text_search = index.vector_search, index.text_search
+
+    async def vec(*args, **kwargs):
+        calls.append("vector")
+        return await vector_search(*args, **kwargs)
+
+    async def txt(*args, **kwargs):
+        calls.append("text")
+        return await text_search(*args, **kwargs)
+
+    index.vector_search, index.text_search = vec, txt
+    return calls
+
+
+async def test_every_write_path_is_mirrored_and_the_vault_never_enters(mem, alice, bob):
+    assert set(mem.storage.search.types) == {"episodic", "semantic", "procedural", "resource", "relation"}  # not vault, core, entity
+    one = await mem.add(alice, Fact(subject="alice", summary="alice keeps bees on the roof"))
+    batch = await mem.add(alice, [Episode(summary=f"turn {i} about the orchard") for i in range(5)]
+                          + [Procedure(summary="repot a fern", steps=["water", "lift", "replant"])])
+    await mem.add(bob, Fact(subject="bob", summary="bob keeps bees too"))
+    await mem.add(alice, VaultItem(caption="alice's door code", secret="9137-vault-secret"))
+    await assert_mirrored(mem)
+    await mem.update(alice, "semantic", one[0].id, {"summary": "alice keeps three hives on the roof"})
+    await mem.archive(alice, "episodic", batch[0].id)
+    await mem.delete(alice, "episodic", batch[1].id)
+    await assert_mirrored(mem)
+    shared = await shared_rows(mem)
+    assert shared[("semantic", one[0].id)]["text"].count("three hives") == 1
+    assert shared[("episodic", batch[0].id)]["status"] == "archived"
+    assert ("episodic", batch[1].id) not in shared
+    assert not any(r["memory_type"] == "vault" or "door code" in r["text"] for r in shared.values())
+
+    await forget_user(mem, "alice")
+    await assert_mirrored(mem)
+    assert {r["user_id"] for r in (await shared_rows(mem)).values()} == {"bob"}
+    files = [p for p in Path(mem.storage.uri).glob("_search*/**/*") if p.is_file()]
+    assert files and not any(b"bees on the roof" in p.read_bytes() or b"three hives" in p.read_bytes() for p in files)
+
+
+async def test_a_search_makes_one_vector_and_one_text_query_and_never_crosses_scopes(mem, alice, bob):
+    await mem.add(alice, [Fact(subject="alice", summary="the blue kettle is in the attic"),
+                          Episode(summary="we talked about the blue kettle")])
+    await mem.add(bob, [Fact(subject="bob", summary="the blue kettle is in bob's garage"),
+                        Episode(summary="bob said the blue kettle whistles"),
+                        Procedure(summary="descale the blue kettle", steps=["vinegar", "boil"])])
+    calls = counting(mem)
+    for scope, other in ((alice, "bob"), (bob, "alice")):
+        hits = await mem.search("blue kettle", scope, k=10)
+        assert hits and all(h.record.user_id == scope.user_id for h in hits)
+        assert not any(other in h.record.user_id for h in hits)
+    assert calls == ["vector", "text", "vector", "text"]
+    narrow = await mem.search("blue kettle", Scope("alice", "nobody"), k=10)  # agent and session are filters too
+    assert narrow == []
+
+
+async def test_a_write_the_shared_table_missed_is_still_found_and_caught_up_on_open(db_path, embedder, alice, vault_key):
+    mem = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
+    kept = await mem.add(alice, Fact(subject="alice", summary="the spare key is under the green pot"))
+    table = mem.storage.search.table
+
+    async def crash(*args, **kwargs):  # the process dies between the store's commit and the mirror's
+        raise OSError("simulated crash between the two commits")
+
+    def crash_now(*args, **kwargs):
+        raise OSError("simulated crash between the two commits")
+
+    table.add, table.merge_insert = crash, crash_now
+    lost = await mem.add(alice, Fact(subject="alice", summary="the spare key moved to the red pot"))
+    edited = await mem.update(alice, "semantic", kept[0].id, {"summary": "the old key is under the green pot"})
+    assert mem.storage.search.behind
+    hits = await mem.search("spare key red pot", alice, k=5)  # per-store queries meanwhile: nothing acknowledged is lost
+    assert lost[0].id in {h.id for h in hits}
+
+    reopened = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
+    assert not reopened.storage.search.behind
+    await assert_mirrored(reopened)
+    calls = counting(reopened)
+    hits = await reopened.search("spare key red pot", alice, k=5)
+    assert calls and lost[0].id in {h.id for h in hits}
+    assert (await shared_rows(reopened))[("semantic", edited.id)]["updated_at"] == edited.updated_at
+
+
+async def test_rows_left_over_or_doubled_are_removed_on_open(db_path, embedder, alice, vault_key):
+    mem = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
+    fact, gone = await mem.add(alice, [Fact(subject="a", summary="tea at five"), Fact(subject="b", summary="coffee at nine")])
+    index = mem.storage.search
+    await mem.storage.tables["semantic"].table.delete(f"id = '{gone.id}'")  # deleted, then the crash
+    row = (await mem.storage.rows("semantic", f"id = '{fact.id}'"))[0]
+    await index.table.add(index.project("semantic", [row]))  # a repair that raced a writer
+    reopened = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
+    await assert_mirrored(reopened)
+    assert [h.id for h in await reopened.search("tea coffee", alice, k=5)] == [fact.id]
+
+
+async def test_a_missing_shared_table_is_rebuilt_and_a_new_embedder_rebuilds_it(db_path, embedder, alice, vault_key):
+    mem = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
+    fact, = await mem.add(alice, Fact(subject="alice", summary="the canoe is blue"))
+    name = json.loads((await mem.storage.get_meta())[SEARCH_META])["table"]
+    await mem.storage.conn.drop_table(name)
+    reopened = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
+    assert reopened.storage.search.table.name != name
+    await assert_mirrored(reopened)
+    await reopened.reindex(HashedTokens())
+    assert reopened.storage.search.table.name not in (name,)
+    schema = await reopened.storage.search.table.schema()
+    assert schema.field("vector").type.list_size == HashedTokens().dim
+    await assert_mirrored(reopened)
+    hits = await reopened.search("canoe", alice, k=3)
+    assert [h.id for h in hits] == [fact.id]
+
+
+async def test_an_import_is_mirrored(mem, db_path, embedder, alice, tmp_path):
+    await mem.add(alice, [Fact(subject="alice", summary="the lighthouse is white"), Episode(summary="a walk to the lighthouse")])
+    lines = list(await export_scope(mem, alice))
+    other = await MemoryOS.open(tmp_path / "other", embedder=embedder, vault_key_file=tmp_path / "k" / "vault.key")
+    await import_lines(other, lines)
+    await assert_mirrored(other)
+    assert len(await shared_rows(other)) == 2
+    assert len(await other.search("lighthouse", alice, k=5)) == 2
+
+
+async def test_a_status_change_is_mirrored_and_filters_the_shared_search(mem, alice):
+    old, = await mem.add(alice, Fact(subject="alice", summary="alice lives in Lyon"))
+    new, = await mem.add(alice, Fact(subject="alice", summary="alice lives in Porto now"))
+    await mem.storage.update_rows("semantic", [{**(await mem.storage.rows("semantic", f"id = '{old.id}'"))[0], "status": "superseded",
+                                                "updated_at": mem.clock()}], {old.id: old.updated_at})
+    await assert_mirrored(mem)
+    assert [h.id for h in await mem.search("alice lives", alice, k=5)] == [new.id]
+    assert {h.id for h in await mem.search("alice lives", alice, k=5, include_inactive=True)} == {old.id, new.id}
+
+
+async def test_a_doubled_row_with_one_stale_copy_is_repaired_not_lost(db_path, embedder, alice, vault_key):
+    mem = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
+    fact, = await mem.add(alice, Fact(subject="a", summary="the boat is moored at pier four"))
+    index = mem.storage.search
+    row = (await mem.storage.rows("semantic", f"id = '{fact.id}'"))[0]
+    await index.table.add(index.project("semantic", [{**row, "updated_at": fact.created_at.replace(year=2001)}]))
+    reopened = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
+    await assert_mirrored(reopened)
+    assert [h.id for h in await reopened.search("boat pier", alice, k=3)] == [fact.id]
