@@ -128,7 +128,10 @@ class SearchIndex:
         recorded = json.loads(meta[SEARCH_META]) if SEARCH_META in meta else {}
         generation = int(recorded.get("generation", 0)) + 1
         name = f"{SEARCH_TABLE}_g{generation}"
-        table = await self.storage.conn.create_table(name, schema=self.schema(), mode="overwrite")
+        if name in set(await self.storage.conn.table_names(limit=100_000)):  # left by a rebuild cut short
+            await self.storage.conn.drop_table(name)
+        # created, not overwritten: LanceDB logs a warning to stderr for every overwrite of a new table
+        table = await self.storage.conn.create_table(name, schema=self.schema())
         total = 0
         for memory_type in self.types:
             typed = self.storage.tables[memory_type].table
