@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +122,16 @@ class SearchIndex:
         self.table = await self.storage.conn.open_table(recorded["table"])
         await self.check()
 
+    async def _projected_rows(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """Every typed table's rows as the shared table holds them, a batch at a time."""
+        for memory_type in self.types:
+            typed = self.storage.tables[memory_type].table
+            columns = _source_columns(self.types[memory_type])
+            async for batch in await typed.query().select(columns).to_batches():
+                rows = self.project(memory_type, batch.to_pylist())
+                if rows:
+                    yield rows
+
     async def rebuild(self) -> int:
         """Build a fresh shared table from the typed tables and switch to it; returns its rows."""
         meta = await self.storage.get_meta()
@@ -133,14 +143,9 @@ class SearchIndex:
         # created, not overwritten: LanceDB logs a warning to stderr for every overwrite of a new table
         table = await self.storage.conn.create_table(name, schema=self.schema())
         total = 0
-        for memory_type in self.types:
-            typed = self.storage.tables[memory_type].table
-            columns = _source_columns(self.types[memory_type])
-            async for batch in await typed.query().select(columns).to_batches():
-                rows = self.project(memory_type, batch.to_pylist())
-                if rows:
-                    await table.add(rows)
-                    total += len(rows)
+        async for rows in self._projected_rows():
+            await table.add(rows)
+            total += len(rows)
         await self.storage.write(table, lambda: table.create_index("text", config=FTS(with_position=False), replace=True))
         if total:
             await self.storage.write(table, lambda: table.optimize())
@@ -279,13 +284,8 @@ class SearchIndex:
         table = self.table
         await table.checkout_latest()
         await run(table, lambda: table.delete("true"))
-        for memory_type in self.types:
-            typed = self.storage.tables[memory_type].table
-            columns = _source_columns(self.types[memory_type])
-            async for batch in await typed.query().select(columns).to_batches():
-                rows = self.project(memory_type, batch.to_pylist())
-                if rows:
-                    await run(table, lambda rows=rows: table.add(rows))
+        async for rows in self._projected_rows():
+            await run(table, lambda rows=rows: table.add(rows))
         await run(table, lambda: table.create_index("text", config=FTS(with_position=False), replace=True))
 
     async def rebuild_text_index(self) -> None:

@@ -122,6 +122,26 @@ async def test_forget_leaves_nothing_of_the_user_anywhere(mem, db_path, clock):
     assert [h.record.user_id for h in await fresh.search(marker, Scope("bob"))]
 
 
+async def test_forget_of_a_small_user_in_a_large_compacted_table_leaves_nothing_on_disk(tmp_path):
+    """One user's row among 800 of another's, compacted into one file: a compaction alone keeps
+    the deleted row inside that file (it rewrites a file only once a tenth of its rows are
+    deleted), so the purge rewrites the table's rows; the other user's rows are all still there."""
+    db = tmp_path / "db"
+    mem = await MemoryOS.open(db, embedder=None)
+    bob, marker = Scope("bob"), "quokka-marker-9911"
+    await mem.add(bob, [Fact(subject="bob", summary=f"bob fact {i} about gardening") for i in range(400)])
+    await mem.add(Scope("alice"), [Fact(subject="alice", summary=f"alice likes the {marker}")])
+    await mem.add(bob, [Fact(subject="bob", summary=f"bob later fact {i}") for i in range(400)])
+    await mem.storage.tables["semantic"].table.optimize()
+    assert files_containing(db, marker)
+    out = runner.invoke(app, ["forget", "--user", "alice", "--db", str(db), "--yes", "--json"])
+    assert out.exit_code == 0, out.output
+    assert files_containing(db, marker) == []
+    fresh = await MemoryOS.open(db, embedder=None)
+    assert len(await fresh.list(bob, "semantic", limit=None)) == 800
+    assert [h.record.summary for h in await fresh.search("bob fact 17 about gardening", bob, k=1)] == ["bob fact 17 about gardening"]
+
+
 def test_forget_cli_asks_and_errors(tmp_path):
     out = runner.invoke(app, ["forget", "--user", "alice", "--db", str(tmp_path / "missing")])
     assert out.exit_code == 2 and "no memos store" in out.output
