@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -122,16 +122,6 @@ class SearchIndex:
         self.table = await self.storage.conn.open_table(recorded["table"])
         await self.check()
 
-    async def _projected_rows(self) -> AsyncIterator[list[dict[str, Any]]]:
-        """Every typed table's rows as the shared table holds them, a batch at a time."""
-        for memory_type in self.types:
-            typed = self.storage.tables[memory_type].table
-            columns = _source_columns(self.types[memory_type])
-            async for batch in await typed.query().select(columns).to_batches():
-                rows = self.project(memory_type, batch.to_pylist())
-                if rows:
-                    yield rows
-
     async def rebuild(self) -> int:
         """Build a fresh shared table from the typed tables and switch to it; returns its rows."""
         meta = await self.storage.get_meta()
@@ -143,9 +133,14 @@ class SearchIndex:
         # created, not overwritten: LanceDB logs a warning to stderr for every overwrite of a new table
         table = await self.storage.conn.create_table(name, schema=self.schema())
         total = 0
-        async for rows in self._projected_rows():
-            await table.add(rows)
-            total += len(rows)
+        for memory_type in self.types:
+            typed = self.storage.tables[memory_type].table
+            columns = _source_columns(self.types[memory_type])
+            async for batch in await typed.query().select(columns).to_batches():
+                rows = self.project(memory_type, batch.to_pylist())
+                if rows:
+                    await table.add(rows)
+                    total += len(rows)
         await self.storage.write(table, lambda: table.create_index("text", config=FTS(with_position=False), replace=True))
         if total:
             await self.storage.write(table, lambda: table.optimize())
@@ -262,31 +257,6 @@ class SearchIndex:
         table = self.table
         query = query.select([*RANKED, score]).limit(limit).where(where)
         return arrow_rows(await self.storage.read(table, query.to_arrow))
-
-    async def holds_deleted(self) -> bool:
-        """Whether the table's latest version still keeps deleted rows inside its data files."""
-        versions = await self.storage.read(self.table, self.table.list_versions)
-        latest = max(versions, key=lambda v: v["version"])
-        return int(latest["metadata"].get("total_deletion_file_rows") or 0) > 0
-
-    async def rewrite(self, run: Any) -> None:
-        """Write every row again from the typed tables, in the same table, for a purge (the caller
-        holds the store lease alone and passes `run(table, op)` to write with it).
-
-        A compaction rewrites a data file only once a tenth of its rows are deleted (LanceDB
-        offers no way to ask for less); the shared table mixes many users' rows in one file, so
-        a forgotten or scrubbed row could stay on disk inside a file the table still uses (a
-        concurrency test found one). Deleting every row makes every old file unused: the
-        purge's compaction and clean-up then remove them. It costs a rebuild's writes, and runs
-        only when a purge finds deleted rows still kept (`holds_deleted`)."""
-        if self.table is None:
-            return
-        table = self.table
-        await table.checkout_latest()
-        await run(table, lambda: table.delete("true"))
-        async for rows in self._projected_rows():
-            await run(table, lambda rows=rows: table.add(rows))
-        await run(table, lambda: table.create_index("text", config=FTS(with_position=False), replace=True))
 
     async def rebuild_text_index(self) -> None:
         """Recreate the full-text index from the current rows (drops the terms of deleted rows)."""

@@ -190,12 +190,12 @@ async def retry_conflicts(op: Callable[[], Awaitable[T]], attempts: int = 12) ->
     raise AssertionError("unreachable")
 
 
-
 async def _holds_deleted(table: Any) -> bool:
     """Whether a table's latest version still keeps deleted rows inside its data files."""
     versions = await table.list_versions()
     latest = max(versions, key=lambda v: v["version"])
     return int((latest.get("metadata") or {}).get("total_deletion_file_rows") or 0) > 0
+
 
 class Storage:
     """An open memos database: typed tables, history and meta on one LanceDB connection."""
@@ -611,14 +611,10 @@ class Storage:
         tables = self._purge_tables(memory_type)
         async with self.lease.exclusive(wait) as alone:
             if alone:
-                shared = self.search.table
                 for table in tables:
                     await self._drop_old_versions(table, timedelta(0))
-                    if table is not shared and await _holds_deleted(table):
+                    if await _holds_deleted(table):
                         await self._rewrite_rows(table)
-                if any(table is shared for table in tables) and await self.search.holds_deleted():  # memos.search_index
-                    await self.search.rewrite(lambda table, op: self._retrying(table, op, 12))
-                    await self._drop_old_versions(shared, timedelta(0))
         if alone:
             if memory_type is None and PENDING_PURGE in await self.get_meta():
                 await self.delete_meta([PENDING_PURGE])
@@ -659,7 +655,8 @@ class Storage:
 
         A compaction rewrites a data file only once a tenth of its rows are deleted, so a deleted
         row of a small user in a large, compacted file stayed on disk inside a file still in use
-        (`memos forget` of one user among 800 rows left their text there). An update of every row
+        (`memos forget` of one user among 800 rows left their text there; the shared search table
+        mixes every user's rows in its files). An update of every row
         to itself moves all rows to new files in one commit: the old files are then wholly
         deleted and unreferenced, and the clean-up removes them. One commit, so a crash leaves
         the old version or the new one, never less. Only when deleted rows are still kept."""
