@@ -183,17 +183,24 @@ class MemoryOS:
                     raise InvalidRecordError(f"record {record.id} has {field}={current!r} but is written in scope {scope}")
             stamped = self._revalidate(record, {**scope.stamp(), "created_at": now, "updated_at": now})
             prepared.setdefault(stamped.memory_type, []).append(self._seal(stamped))
+        # every text of the call embedded in one batch before anything is written: an embedder
+        # failure leaves the stores as they were
+        vectors = iter(await self._vectors([r.index_text() for group in prepared.values() for r in group]))
+        planned = {name: [next(vectors) for _ in group] for name, group in prepared.items()}
         history: list[dict[str, Any]] = []  # one history commit for every store written (fewer commits)
         mirror = self.storage.search.gathering()  # one commit to the shared search table too
-        try:
-            with mirror:
-                for name, group in prepared.items():
-                    with span("memos.add", memory_type=name, records=len(group), user_id=scope.user_id, actor=actor):
-                        await self._write(name, group, "add", actor, before=None, history=history)
-        finally:  # the stores that committed are audited (and mirrored) even when a later one failed
-            audited, _ = await asyncio.gather(self.storage.append_history(history), mirror.flush(), return_exceptions=True)
-            if isinstance(audited, BaseException):
-                raise audited
+
+        async def write(name: str, group: list[MemoryRecord]) -> None:
+            with span("memos.add", memory_type=name, records=len(group), user_id=scope.user_id, actor=actor):
+                await self._write(name, group, "add", actor, before=None, history=history, vectors=planned[name])
+
+        with mirror:  # the stores' commits overlap (one table each); all have ended before the audit
+            written = await asyncio.gather(*(write(name, group) for name, group in prepared.items()), return_exceptions=True)
+        # the stores that committed are audited (and mirrored) even when another one failed
+        audited, _ = await asyncio.gather(self.storage.append_history(history), mirror.flush(), return_exceptions=True)
+        for outcome in (*written, audited):
+            if isinstance(outcome, BaseException):
+                raise outcome
         for record in items:
             clear = [getattr(record, f) for f in record.secret_fields if getattr(record, f)]
             if clear and record.source_ids:
@@ -745,14 +752,14 @@ class MemoryOS:
     async def _write(
         self, name: str, records: list[MemoryRecord], op: str, actor: str, *,
         before: dict[str, MemoryRecord] | None, vectors_from: MemoryRecord | None = None, note: str | None = None,
-        history: list[dict[str, Any]] | None = None,
+        history: list[dict[str, Any]] | None = None, vectors: list[list[float] | None] | None = None,
     ) -> None:
         """Write `records` to store `name` and audit them (into `history` when given: the caller
-        appends those rows itself, once for several stores)."""
+        appends those rows itself, once for several stores). `vectors`: already embedded."""
         table = self.storage.type_table(name)
-        if vectors_from is not None:
+        if vectors is None and vectors_from is not None:
             vectors = await self._stored_vectors(name, [vectors_from.id])
-        else:
+        elif vectors is None:
             vectors = await self._vectors([r.index_text() for r in records])
         rows = [table.to_row(r, v) for r, v in zip(records, vectors, strict=True)]
         if op == "add":
@@ -769,9 +776,14 @@ class MemoryOS:
             await self.storage.append_history(rows)
 
     async def _vectors(self, texts: list[str]) -> list[list[float] | None]:
+        """One vector per text; a text that occurs several times is embedded once."""
         if self.embedder is None:
             return [None] * len(texts)
-        return list(await self.embedder.embed_documents(texts))
+        distinct = list(dict.fromkeys(texts))
+        if len(distinct) == len(texts):
+            return list(await self.embedder.embed_documents(texts))
+        by_text = dict(zip(distinct, await self.embedder.embed_documents(distinct), strict=True))
+        return [by_text[t] for t in texts]
 
     async def _stored_vectors(self, name: str, ids: list[str]) -> list[list[float] | None]:
         rows = await self.storage.rows(name, Where().id_in(ids).build(), columns=["id", "vector"])

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from memos.memtypes import MemoryRecord
 
-__all__ = ["VECTOR_COLUMN", "arrow_schema", "json_columns", "record_from_row", "row_from_record"]
+__all__ = ["VECTOR_COLUMN", "arrow_schema", "arrow_table", "json_columns", "record_from_row", "row_from_record"]
 
 VECTOR_COLUMN = "vector"
 _TS = pa.timestamp("us", tz="UTC")
@@ -65,11 +65,23 @@ def json_columns(record_type: type[MemoryRecord]) -> frozenset[str]:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=256)
 def arrow_schema(record_type: type[MemoryRecord], dim: int) -> pa.Schema:
     """The LanceDB schema of a memory type's table, with a `dim`-wide vector column."""
     fields = [pa.field(name, _arrow_type(info.annotation), nullable=True) for name, info in record_type.model_fields.items()]
     fields.append(pa.field(VECTOR_COLUMN, pa.list_(pa.float32(), dim), nullable=True))
     return pa.schema(fields)
+
+
+def arrow_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table | list[dict[str, Any]]:
+    """Rows to write, as an Arrow table of the table's own types: LanceDB would otherwise infer
+    the types row by row in Python (vectors as lists of doubles) and cast them again on write.
+    Rows whose values need a cast (a number for a text column) are returned as they are, for
+    LanceDB's own conversion, which casts."""
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return rows
 
 
 def _utc(value: datetime) -> datetime:

@@ -36,7 +36,7 @@ from lancedb.index import FTS
 from memos.memtypes import MemoryRecord
 
 from .fulltext import FORM as FULLTEXT_FORM
-from .schema import VECTOR_COLUMN, arrow_schema
+from .schema import VECTOR_COLUMN, arrow_schema, arrow_table
 from .scope import sql_string
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ class SearchIndex:
         self.storage = storage
         self.types = {t.memory_type: t for t in types if mirrored(t)}
         self.table: Any = None
+        self._schema: tuple[int, pa.Schema] | None = None
         self.behind = False
         """A mirror write failed in this process: searches use the per-store queries until `check`."""
 
@@ -89,11 +90,14 @@ class SearchIndex:
         return self.table is not None and not self.behind
 
     def schema(self) -> pa.Schema:
+        if self._schema is not None and self._schema[0] == self.storage.dim:
+            return self._schema[1]
         typed = arrow_schema(next(iter(self.types.values())), self.storage.dim)
         fields = [pa.field("key", pa.string()), pa.field("memory_type", pa.string()),
                   *(typed.field(name) for name in _SCALARS), pa.field(EVENT_TIME, pa.timestamp("us", tz="UTC"), nullable=True),
                   typed.field(VECTOR_COLUMN)]
-        return pa.schema(fields)
+        self._schema = (self.storage.dim, pa.schema(fields))
+        return self._schema[1]
 
     def _built_for(self) -> dict[str, Any]:
         """What the table was built from: a store whose answer differs gets it rebuilt on open."""
@@ -287,4 +291,4 @@ class Gathered:
         """Mirror what was gathered (a failure marks the index behind; never raises)."""
         rows, self.rows = self.rows, []
         if rows:
-            await self.index.mirror(lambda: self.index.table.add(rows), len(rows))
+            await self.index.mirror(lambda: self.index.table.add(arrow_table(rows, self.index.schema())), len(rows))

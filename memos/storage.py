@@ -38,7 +38,7 @@ from .fulltext import FORM, MARK, has_cjk, index_form, plain_text
 from .lease import StoreLease
 from .read_cache import ReadCache
 from .scope import sql_string
-from .schema import VECTOR_COLUMN, arrow_schema, json_columns, record_from_row, row_from_record
+from .schema import VECTOR_COLUMN, arrow_schema, arrow_table, json_columns, record_from_row, row_from_record
 from .search_index import SearchIndex
 
 __all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "META", "Storage", "TypeTable", "arrow_rows", "history_row", "is_conflict", "retry_conflicts", "storage_error"]
@@ -420,9 +420,10 @@ class Storage:
 
     async def add_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
         if rows:
-            table = self.tables[memory_type].table
+            typed = self.tables[memory_type]
+            table, data = typed.table, arrow_table(rows, arrow_schema(typed.record_type, self.dim))
             with self._reporting(memory_type) as report:
-                report(await self.write(table, lambda: table.add(rows)), rows)
+                report(await self.write(table, lambda: table.add(data)), rows)
             self._nonempty.add(memory_type)
             await self._committed(table, len(rows))
             if self.search.covers(memory_type):
@@ -571,7 +572,8 @@ class Storage:
 
     async def append_history(self, entries: list[dict[str, Any]]) -> None:
         if entries:
-            await self.write(self.history, lambda: self.history.add(entries))
+            data = arrow_table(entries, HISTORY_SCHEMA)
+            await self.write(self.history, lambda: self.history.add(data))
             await self._committed(self.history, len(entries))
 
     async def history_rows(self, where: str | None, limit: int | None = None) -> list[HistoryEntry]:
