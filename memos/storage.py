@@ -50,6 +50,11 @@ COMPACT_EVERY = 25
 fragment that each search of the table scans outside its indexes: on the 100k bench store a
 top-30 search cost 72 ms of CPU compacted, 93 ms with 30 such fragments, 154 ms with 200 (the
 old interval), while folding them in costs 0.1-0.5 s of CPU in the background (README, issue 18)."""
+HISTORY_COMPACT_EVERY = 250
+"""The same for the history table, which no search or chat step reads: compacting it rewrites
+the whole table (a compaction merges every fragment below LanceDB's 1M-row target; on the 100k
+bench store 0.5 s of CPU each time), so at `COMPACT_EVERY` a chat spent ~40 ms of background
+CPU per turn on it, competing with the turns themselves (README, issue 18)."""
 INDEX_EVERY_ROWS = 1_000
 """Rows written to a table before its indexes are brought up to date (with a compaction)."""
 KEEP_VERSIONS = timedelta(minutes=10)
@@ -248,8 +253,8 @@ class Storage:
                 await asyncio.sleep(min(1.0, 0.01 * 2**attempt) * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
-    async def _committed(self, table: Any, rows: int = 0) -> None:
-        """Count a commit of `rows` rows; every `COMPACT_EVERY` commits to a table, or once
+    async def _committed(self, table: Any, rows: int = 0, every: int = COMPACT_EVERY) -> None:
+        """Count a commit of `rows` rows; every `every` commits to a table, or once
         `INDEX_EVERY_ROWS` rows have arrived since the last time, optimize it: compact its
         fragments, fold the new rows into its indexes and drop old versions.
 
@@ -268,7 +273,7 @@ class Storage:
         key = id(table)
         self._writes[key] = self._writes.get(key, 0) + 1
         self._pending[key] = self._pending.get(key, 0) + rows
-        due = self._writes[key] % COMPACT_EVERY == 0 or self._pending[key] >= INDEX_EVERY_ROWS
+        due = self._writes[key] % every == 0 or self._pending[key] >= INDEX_EVERY_ROWS
         running, loop = self._optimizing.get(key), asyncio.get_running_loop()
         if due and (running is None or running.done() or running.get_loop() is not loop):
             self._pending[key] = 0
@@ -574,7 +579,7 @@ class Storage:
         if entries:
             data = arrow_table(entries, HISTORY_SCHEMA)
             await self.write(self.history, lambda: self.history.add(data))
-            await self._committed(self.history, len(entries))
+            await self._committed(self.history, len(entries), HISTORY_COMPACT_EVERY)
 
     async def history_rows(self, where: str | None, limit: int | None = None) -> list[HistoryEntry]:
         query = self.history.query()
