@@ -240,6 +240,20 @@ def plan_step(inputs: StepInputs, policy: BudgetPolicy) -> StepPlan:
                     metadata=plan.metadata, notice_percent=percent, sections=sections)
 
 
+@dataclass(frozen=True, slots=True)
+class _BlockView:
+    """A core block as the template reads it. Attributes, not a dict: jinja2 looks a name up as
+    an attribute first, and the miss it took on each dict key was most of rendering a prompt
+    with many blocks (`block["label"]` still works in an override template)."""
+
+    label: str
+    description: str
+    value: str
+    used: int
+    limit: int
+    read_only: bool
+
+
 def render_system_prompt(
     *,
     instructions: str,
@@ -255,8 +269,7 @@ def render_system_prompt(
     return prompts.render(
         "context.j2",
         instructions=instructions,
-        blocks=[{"label": b.label, "description": b.block_description, "value": b.value, "used": len(b.value),
-                 "limit": b.limit, "read_only": b.read_only} for b in blocks],
+        blocks=[_BlockView(b.label, b.block_description, b.value, len(b.value), b.limit, b.read_only) for b in blocks],
         counts=counts,
         last_reflection=last_reflection.strftime("%Y-%m-%d %H:%M") if last_reflection else None,
         summary=summary,

@@ -572,6 +572,7 @@ class MemoryOS:
         tags: list[str] | None = None,
         include_inactive: bool = False,
         replies: bool = True,
+        empty: Sequence[str] = (),
     ) -> list[Hit]:
         """Hybrid search (vector + full-text, fused by rank, weighted by recency and importance).
 
@@ -583,6 +584,9 @@ class MemoryOS:
         search, a conversation turn that asks a question brings the reply it got right behind
         it (`replies`, an extra hit marked `reply_to`), and a statement and the answer to the
         follow-up question it drew bring each other (marked `exchange`; `memos.replies`).
+
+        `empty`: stores the caller knows hold no active record in `scope` (a chat step passes
+        what its counts found): their queries are skipped.
         """
         query, scope = check.check_query(query), check.check_scope(scope)
         k = check.check_int(k, "k", low=1, high=check.MAX_K)
@@ -592,10 +596,14 @@ class MemoryOS:
         check.check_bool(replies, "replies")
         if types is not None and (isinstance(types, str | type) or not isinstance(types, Sequence)):
             raise ConfigError(f"types must be a list of store names, got {types!r}")
+        if isinstance(empty, str | type) or not isinstance(empty, Sequence | set | frozenset):
+            raise ConfigError(f"empty must be a list of store names, got {empty!r}")
         names = [self.record_type(t).memory_type for t in (types or self.searchable_types)]
+        statuses = _search_statuses(include_inactive, since, until)
         request = SearchRequest(
             query=query, scope=scope, types=names, k=k, budget_tokens=budget_tokens, since=since, until=until,
-            tags=tags, statuses=_search_statuses(include_inactive, since, until), policy=self.ranking, replies=replies,
+            tags=tags, statuses=statuses, policy=self.ranking, replies=replies,
+            empty=frozenset(self.record_type(t).memory_type for t in empty) if statuses == ("active",) else frozenset(),
         )
         with span("memos.search", user_id=scope.user_id, stores=len(names), k=k, budget_tokens=budget_tokens) as current:
             hits = await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)

@@ -61,6 +61,10 @@ class SearchRequest:
     replies: bool = True
     """A top-k hit that asks a question brings the reply it got, and one half of an exchange
     (statement, follow-up question, answer) the other (`memos.replies`)."""
+    empty: frozenset[str] = frozenset()
+    """Stores the caller knows hold no record in `scope` with `statuses` (a chat step's counts,
+    read at the step's table versions): their own queries are skipped. A store the shared
+    search table covers stays in that table's queries, which it costs nothing."""
 
 
 async def search(
@@ -92,6 +96,7 @@ async def search(
     # than the queries it saved (README, issue 18, third round).
     shared = [n for n in request.types if known[n] and lean and storage.search.usable and storage.search.covers(n)
               and not (request.until is not None and getattr(storage.type_table(n).record_type, "bitemporal", False))]
+    known |= {name: False for name in request.empty if name in known and name not in shared}
     for name in [n for n in request.types if known[n]]:
         table = storage.type_table(name)
         conditions = (

@@ -90,6 +90,8 @@ class MemorySession:
         self._context_read = False
         """The step's reads were just checked by `record_turn` (the compile that follows need not check again)."""
         self._section_frames: dict[str, int] | None = None
+        self._summary_cut: tuple[str, int, str] = ("", 0, "")
+        """The running summary, a token count and its newest part that fits it (see `_newest_summary`)."""
 
     @classmethod
     async def open(
@@ -161,10 +163,12 @@ class MemorySession:
         self._context_read = False
         query = incoming if incoming is not None else self.context[-1].summary
         # read once: what has not changed since it was last read is not read again (the tables'
-        # versions were just checked), the rest is issued together
-        blocks, counts, last_reflection, found = await asyncio.gather(
-            self.core.blocks(cached=True), self.memory.counts(self.retrieval_scope, cached=True), self._last_reflection(),
-            self._retrieve(query))
+        # versions were just checked), the rest is issued together; the stores the counts find
+        # empty in this scope are not searched (usually remembered: no read before the search)
+        counts = await self.memory.counts(self.retrieval_scope, cached=True)
+        blocks, last_reflection, found = await asyncio.gather(
+            self.core.blocks(cached=True), self._last_reflection(),
+            self._retrieve(query, empty=[name for name, n in counts.items() if n == 0]))
         in_context = {t.id for t in self.context}
         hits = [h for h in found if h.id not in in_context]
         # plan once, from counted inputs
@@ -180,7 +184,7 @@ class MemorySession:
         count = self.memory.tokenizer.count
         paged = [hits[i] for i in plan.memories]
         notice = notice_of(plan.notice_percent)
-        summary = _newest_part(self.summary, plan.summary_tokens, count)
+        summary = self._newest_summary(plan.summary_tokens)
         turn_tokens = sum(self._turn_tokens(t) for t in self.context)
         # render once (the planned sizes are upper bounds; the safety net below drops the
         # lowest-ranked memories should BPE count the joined text higher than its parts)
@@ -263,14 +267,22 @@ class MemorySession:
 
     # --- internals -----------------------------------------------------------------------
 
+    def _newest_summary(self, tokens: int) -> str:
+        """The newest part of the running summary that fits in `tokens`, worked out again only
+        when the summary or the room for it changed (cutting counts the summary once per line
+        dropped; the summary changes only when turns are evicted)."""
+        if self._summary_cut[:2] != (self.summary, tokens):
+            self._summary_cut = (self.summary, tokens, _newest_part(self.summary, tokens, self.memory.tokenizer.count))
+        return self._summary_cut[2]
+
     def _turn_tokens(self, turn: Episode) -> int:
         return self.memory.tokenizer.count(turn.summary) + self.budget.message_overhead
 
-    async def _retrieve(self, query: str) -> list[Hit]:
+    async def _retrieve(self, query: str, empty: Sequence[str] = ()) -> list[Hit]:
         if not query.strip():
             return []
         # packed into the prompt beside the turns in context (the newest of which asks): no replies
-        return await self.memory.search(query, self.retrieval_scope, k=self.retrieval_k, replies=False)
+        return await self.memory.search(query, self.retrieval_scope, k=self.retrieval_k, replies=False, empty=empty)
 
     async def _read_step(self) -> None:
         """The step's first read: every table's version (one call), then the in-context turns

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from memos import MemoryOS, Scope
 from memos.context_window import BudgetPolicy, SectionSizes, StepInputs, plan_context, plan_step
 from memos.exceptions import BudgetError
-from memos.memtypes import Fact
+from memos.memtypes import Fact, VaultItem
 from memos.packing import MemorySize
 from memos.read_cache import FORGET, KEEP, ReadCache
 from memos.session import MemorySession
@@ -59,6 +59,36 @@ async def test_counts_and_turns_follow_other_writers(db_path, clock):
     again = await session.compile()
     assert "4711" not in again.recent_turns[0].summary and "[redacted]" in again.recent_turns[0].summary
     assert (await mem.counts(Scope("alice", "bot"), cached=True))["semantic"] == before["semantic"] + 2
+
+
+async def test_a_store_empty_in_the_scope_is_searched_again_once_a_record_lands_in_it(db_path, clock, vault_key):
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock, vault_key_file=vault_key)
+    other = await MemoryOS.open(db_path, embedder=None, clock=clock, vault_key_file=vault_key)  # another process
+    await other.add(Scope("bob", "bot"), VaultItem(caption="Bob's gym locker code", secret="1234"))  # the table is not empty
+    searched: list[str] = []
+    text_search = mem.storage.text_search
+
+    async def counted(name, *args, **kwargs):
+        searched.append(name)
+        return await text_search(name, *args, **kwargs)
+
+    mem.storage.text_search = counted
+
+    async def step(session: MemorySession) -> list[str]:
+        searched.clear()
+        await session.record_turn("user", "What is my gym locker code?")
+        context = await session.compile()
+        return [h.record.caption for h in context.paged_in if h.memory_type == "vault"]
+
+    alice = await MemorySession.open(mem, Scope("alice", "bot", "s1"), budget=2000)
+    assert await step(alice) == [] and "vault" not in searched  # alice has nothing there: not searched
+    await mem.add(Scope("alice", "bot"), VaultItem(caption="Alice's gym locker code", secret="9876"))  # this process's write
+    assert await step(alice) == ["Alice's gym locker code"] and "vault" in searched
+    carol = await MemorySession.open(mem, Scope("carol", "bot", "s1"), budget=2000)
+    assert await step(carol) == [] and "vault" not in searched
+    await other.add(Scope("carol", "bot"), VaultItem(caption="Carol's gym locker code", secret="5555"))  # another's write
+    await asyncio.sleep(READ_CONSISTENCY.total_seconds() + 0.2)  # what LanceDB promises for another process's commits
+    assert await step(carol) == ["Carol's gym locker code"] and "vault" in searched
 
 
 @settings(max_examples=300, deadline=None)
