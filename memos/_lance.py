@@ -14,6 +14,7 @@ or is not laid out as expected.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from types import ModuleType
 
@@ -51,3 +52,7 @@ def rest_client_loaded() -> bool:
 
 
 defer_rest_client()
+# Opt in now to LanceDB's coming default (vector index statistics without the IVF centroids):
+# building a vector index again on a large table (a purge does, `Storage._scrub_table`) otherwise
+# logs a deprecation WARN naming this variable, even with LANCE_LOG=error.
+os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")

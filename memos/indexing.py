@@ -17,10 +17,10 @@ from __future__ import annotations
 import logging
 
 from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
-from lancedb.index import Bitmap, BTree, IvfHnswSq
+from lancedb.index import Bitmap, BTree
 
 from .search_index import SEARCH_TABLE
-from .storage import Storage
+from .storage import Storage, vector_index
 
 __all__ = ["ANN_MIN_ROWS", "SCALAR_MIN_ROWS", "ensure_indexes", "needs_ann_index", "needs_scalar_index"]
 
@@ -69,10 +69,9 @@ async def ensure_indexes(storage: Storage, *, min_rows: int | None = None) -> di
                 notes.append(f"{kind}({column})")
         vectors = storage.embedder_name is not None
         if needs_ann_index(rows, ("vector",) in indexed, min_rows=ann_rows, has_vectors=vectors):
-            partitions = max(1, min(256, rows // 4096))
-            await storage.write(table, lambda table=table, partitions=partitions: table.create_index(
-                "vector", config=IvfHnswSq(distance_type="cosine", num_partitions=partitions), replace=True))
-            notes.append(f"ivf_hnsw_sq({partitions} partitions)")
+            config = vector_index(rows)
+            await storage.write(table, lambda table=table, config=config: table.create_index("vector", config=config, replace=True))
+            notes.append(f"ivf_hnsw_sq({config.num_partitions} partitions)")
         done[name] = ", ".join(notes) or (f"{rows} rows: indexes present" if indexed - {("text",)} else f"{rows} rows: brute force")
         if notes:
             log.info("indexes on %s (%d rows): %s", name, rows, ", ".join(notes))

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 import lancedb
 import pyarrow as pa
-from lancedb.index import FTS
+from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 
 from memos.memtypes import MemoryRecord, new_id
 
@@ -200,6 +200,18 @@ async def _holds_deleted(table: Any) -> bool:
     versions = await table.list_versions()
     latest = max(versions, key=lambda v: v["version"])
     return int((latest.get("metadata") or {}).get("total_deletion_file_rows") or 0) > 0
+
+
+def vector_index(rows: int) -> IvfHnswSq:
+    """The ANN index a table of `rows` rows gets (`memos.indexing`): IVF-HNSW-SQ, cosine."""
+    return IvfHnswSq(distance_type="cosine", num_partitions=max(1, min(256, rows // 4096)))
+
+
+_INDEX_CONFIGS: dict[str, Callable[[int], Any]] = {
+    "BTree": lambda rows: BTree(), "Bitmap": lambda rows: Bitmap(),
+    "FTS": lambda rows: FTS(with_position=False), "IvfHnswSq": vector_index,
+}
+"""How to build each kind of index memos makes again, by LanceDB's index type name."""
 
 
 class Storage:
@@ -614,14 +626,15 @@ class Storage:
         reader that was on a dropped version re-reads the latest. If the lease cannot be had
         within `wait` seconds (busy writers, or an object-storage URI that has no lease), the
         purge is deferred: a `purge:pending` meta entry asks the next maintenance run to finish it
-        (`finish_deferred_purge`), and versions older than `KEEP_VERSIONS` are dropped now."""
+        (`finish_deferred_purge`), and versions older than `KEEP_VERSIONS` are dropped now.
+
+        Each table's indexes are built again too (`_scrub_table`): removed rows leave no key in
+        an index either."""
         tables = self._purge_tables(memory_type)
         async with self.lease.exclusive(wait) as alone:
             if alone:
                 for table in tables:
-                    await self._drop_old_versions(table, timedelta(0))
-                    if await _holds_deleted(table):
-                        await self._rewrite_rows(table)
+                    await self._scrub_table(table)
         if alone:
             if memory_type is None and PENDING_PURGE in await self.get_meta():
                 await self.delete_meta([PENDING_PURGE])
@@ -657,18 +670,43 @@ class Storage:
         shared = self.search_tables() if memory_type is None or self.search.covers(memory_type) else []
         return [self.history, self.meta, *typed, *shared]
 
-    async def _rewrite_rows(self, table: Any) -> None:
-        """Write every row of `table` again, in one commit, and drop the old files (a purge's step).
+    async def _scrub_table(self, table: Any) -> None:
+        """Leave nothing of a table's deleted rows on disk: not in its data files, not in its
+        indexes, not in an old version (a purge's step, holding the lease alone).
 
         A compaction rewrites a data file only once a tenth of its rows are deleted, so a deleted
         row of a small user in a large, compacted file stayed on disk inside a file still in use
         (`memos forget` of one user among 800 rows left their text there; the shared search table
-        mixes every user's rows in its files). An update of every row
-        to itself moves all rows to new files in one commit: the old files are then wholly
-        deleted and unreferenced, and the clean-up removes them. One commit, so a crash leaves
-        the old version or the new one, never less. Only when deleted rows are still kept."""
-        await self._retrying(table, lambda: table.update(updates_sql={"id": "id"}), 12)
+        mixes every user's rows in its files). Then every row is updated to itself in one commit:
+        all rows move to new files, the old files are wholly deleted and unreferenced, and the
+        clean-up removes them. One commit, so a crash leaves the old version or the new one.
+
+        Indexes keep what a deletion, a compaction or that rewrite removed: the forgotten user's
+        id was still in the `user_id` B-tree's page files of the typed and the shared table after
+        either, while the index statistics counted only live rows. Nothing on a table says for
+        sure whether it ever had a row removed (deleting a fragment's only row leaves no deletion
+        file; old versions are gone after `KEEP_VERSIONS`), so every index is built again from
+        the rows as they are now: B-trees, bitmaps and full-text in seconds, the vector index in
+        what `ensure_indexes` takes (README, Security)."""
         await self._drop_old_versions(table, timedelta(0))
+        rewritten = await _holds_deleted(table)
+        if rewritten:
+            await self._retrying(table, lambda: table.update(updates_sql={"id": "id"}), 12)
+        if await self._recreate_indexes(table) or rewritten:
+            await self._drop_old_versions(table, timedelta(0))
+
+    async def _recreate_indexes(self, table: Any) -> bool:
+        """Build every index of `table` again from its rows; returns whether it had any."""
+        rows = await table.count_rows()
+        indexes = await table.list_indices()
+        for index in indexes:
+            build = _INDEX_CONFIGS.get(index.index_type)
+            if build is None:
+                raise RuntimeError(f"{index.name} on {table.name}: memos cannot rebuild a {index.index_type} index")
+            column, = index.columns
+            await self._retrying(table, lambda column=column, config=build(rows), name=index.name: table.create_index(
+                column, config=config, replace=True, name=name), 12)
+        return bool(indexes)
 
     async def _drop_old_versions(self, table: Any, older_than: timedelta) -> None:
         await table.checkout_latest()

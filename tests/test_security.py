@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from memos import MemoryOS, Scope
 from memos.cli import app
+from memos.indexing import ensure_indexes
+from memos.search_index import SEARCH_TABLE
 from memos.crypto import VaultKeyError, generate_key, write_key_file
 from memos.portability import export_scope, forget_user, import_lines
 from memos.memtypes import Episode, Fact, VaultItem
@@ -125,18 +127,22 @@ async def test_forget_leaves_nothing_of_the_user_anywhere(mem, db_path, clock):
 async def test_forget_of_a_small_user_in_a_large_compacted_table_leaves_nothing_on_disk(tmp_path):
     """One user's row among 800 of another's, compacted into one file: a compaction alone keeps
     the deleted row inside that file (it rewrites a file only once a tenth of its rows are
-    deleted), so the purge rewrites the table's rows; the other user's rows are all still there."""
+    deleted), so the purge rewrites the table's rows and builds its indexes again (the old
+    `user_id` B-tree kept the user's id); the other user's rows are all still there."""
     db = tmp_path / "db"
     mem = await MemoryOS.open(db, embedder=None)
-    bob, marker = Scope("bob"), "quokka-marker-9911"
+    bob, marker, user = Scope("bob"), "quokka-marker-9911", "alice-7f3e"
     await mem.add(bob, [Fact(subject="bob", summary=f"bob fact {i} about gardening") for i in range(400)])
-    await mem.add(Scope("alice"), [Fact(subject="alice", summary=f"alice likes the {marker}")])
+    await mem.add(Scope(user), [Fact(subject="alice", summary=f"alice likes the {marker}")])
     await mem.add(bob, [Fact(subject="bob", summary=f"bob later fact {i}") for i in range(400)])
     await mem.storage.tables["semantic"].table.optimize()
-    assert files_containing(db, marker)
-    out = runner.invoke(app, ["forget", "--user", "alice", "--db", str(db), "--yes", "--json"])
+    built = await ensure_indexes(mem.storage, min_rows=500)
+    assert "btree(user_id)" in built["semantic"] and "btree(user_id)" in built[SEARCH_TABLE]
+    assert files_containing(db, marker) and any("_indices" in str(p) for p in files_containing(db, user))
+    out = runner.invoke(app, ["forget", "--user", user, "--db", str(db), "--yes", "--json"])
     assert out.exit_code == 0, out.output
     assert files_containing(db, marker) == []
+    assert files_containing(db, user) == []
     fresh = await MemoryOS.open(db, embedder=None)
     assert len(await fresh.list(bob, "semantic", limit=None)) == 800
     assert [h.record.summary for h in await fresh.search("bob fact 17 about gardening", bob, k=1)] == ["bob fact 17 about gardening"]
