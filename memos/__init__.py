@@ -14,6 +14,7 @@ from __future__ import annotations
 import os as _os
 
 _os.environ.setdefault("LANCE_LOG", "error")
+_os.environ.setdefault("LANCEDB_LOG", _os.environ["LANCE_LOG"] or "error")  # the variable this LanceDB reads (memos._lance)
 
 from .exceptions import (  # noqa: E402
     BudgetError,

@@ -14,10 +14,11 @@ import functools
 import inspect
 import logging
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-__all__ = ["run_sync", "with_sync_methods"]
+__all__ = ["BEST_EFFORT_GRACE", "best_effort", "run_sync", "with_sync_methods"]
 
 T = TypeVar("T")
 
@@ -25,6 +26,20 @@ _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
 log = logging.getLogger("memos")
+_best_effort: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+BEST_EFFORT_GRACE = 2.0
+"""Seconds exit waits for best-effort background work (a table's automatic compaction) before
+cancelling it. Such work redoes itself later; a compaction that LanceDB kept retrying against
+other processes' commits made every writer of a busy store hang for the whole 60 s exit wait."""
+
+
+def best_effort(task: asyncio.Task[T]) -> asyncio.Task[T]:
+    """Mark a task as work that exit need not finish: the next writer or the maintenance job
+    does it again (`Storage._committed`'s compactions). Exit waits `BEST_EFFORT_GRACE` for it,
+    then cancels it, where other unfinished work gets up to 60 s."""
+    _best_effort.add(task)
+    return task
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
@@ -38,16 +53,25 @@ def _background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-async def _finish_pending(timeout: float) -> int:
-    """Let the loop's unfinished tasks end (up to `timeout` s); cancel the rest; return how many."""
+async def _finish_pending(timeout: float, grace: float = BEST_EFFORT_GRACE) -> int:
+    """Let the loop's unfinished tasks end (up to `timeout` s; `best_effort` ones up to `grace`
+    s); cancel the rest; return how many cancelled tasks were not best-effort."""
     tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    if not tasks:
-        return 0
-    _, late = await asyncio.wait(tasks, timeout=timeout)
+    optional = {t for t in tasks if t in _best_effort}
+    late: set[asyncio.Task[Any]] = set()
+    required = [t for t in tasks if t not in optional]
+    if required:
+        _, late = await asyncio.wait(required, timeout=timeout)
+    still = [t for t in optional if not t.done()]
+    if still:
+        _, skipped = await asyncio.wait(still, timeout=grace)
+        if skipped:
+            log.info("memos: %d background compaction(s) left to the next writer or the maintenance job at exit", len(skipped))
+        late |= skipped
     for task in late:
         task.cancel()
     await asyncio.gather(*late, return_exceptions=True)
-    return len(late)
+    return len(late - optional)
 
 
 @atexit.register

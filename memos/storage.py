@@ -32,6 +32,7 @@ from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 
 from memos.memtypes import MemoryRecord, new_id
 
+from ._sync import best_effort
 from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, RecordChangedError, StoreFullError, StoreUnavailableError
 from .fulltext import FORM, MARK, has_cjk, index_form, plain_text
@@ -289,7 +290,7 @@ class Storage:
         running, loop = self._optimizing.get(key), asyncio.get_running_loop()
         if due and (running is None or running.done() or running.get_loop() is not loop):
             self._pending[key] = 0
-            self._optimizing[key] = loop.create_task(self._optimize(table, key))
+            self._optimizing[key] = best_effort(loop.create_task(self._optimize(table, key)))
 
     async def _optimize(self, table: Any, key: int) -> None:
         try:
