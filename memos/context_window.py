@@ -196,7 +196,7 @@ class StepInputs:
     memory_frame: int = 0
     notice: int = 0
     """Tokens of the memory-pressure section at its widest."""
-    separator: int = 1
+    separator: int = 0
 
 
 @dataclass

@@ -150,6 +150,12 @@ class MemoryRecord(BaseModel):
         """The record under its group heading (default: the full `render()`)."""
         return self.render()
 
+    def render_parts(self) -> tuple[str, str]:
+        """`render_line()` as (who said it, what was said). Under one heading, a speaker's lines
+        that follow each other are joined and name the speaker once (`memos.packing`).
+        Default: nobody; the whole line."""
+        return "", self.render_line()
+
     def duplicate_key(self) -> tuple[Any, ...]:
         """What, besides equal normalized text, two records must share to be exact duplicates
         (default: nothing; two moments that said the same words are not duplicates of each other)."""

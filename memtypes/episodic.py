@@ -47,6 +47,9 @@ class Episode(MemoryRecord):
         return f"{self.occurred_at.day} {self.occurred_at:%b %Y}"
 
     def render_line(self) -> str:
-        who = f"{self.actor}: " if self.actor else ""
+        who, said = self.render_parts()
+        return f"{who}: {said}" if who else said
+
+    def render_parts(self) -> tuple[str, str]:
         extra = f" ({self.details})" if self.details else ""
-        return f"{who}{self.summary}{extra}"
+        return self.actor, f"{self.summary}{extra}"

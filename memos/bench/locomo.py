@@ -8,6 +8,7 @@ dataset's own summaries and observations are never used.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,6 +44,13 @@ def parse_locomo_time(text: str) -> datetime:
     return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
 
 
+def _image(caption: str) -> str:
+    """An image turn's details, from its caption: "photo of a dog on a leash" (rendered after
+    the turn's text in brackets). The captions all begin "a photo of" or "a photography of";
+    "shared an image: a photo of" said the same in five more tokens."""
+    return re.sub(r"^an? (photo|photography) of ", "photo of ", caption.strip())
+
+
 def _messages(conv: dict[str, Any]) -> list[Message]:
     out = []
     n = 1
@@ -55,7 +63,7 @@ def _messages(conv: dict[str, Any]) -> list[Message]:
                     actor=turn["speaker"],
                     text=turn["text"],
                     timestamp=start + timedelta(seconds=30 * i),
-                    details=f"shared an image: {turn['blip_caption']}" if turn.get("blip_caption") else "",
+                    details=_image(turn["blip_caption"]) if turn.get("blip_caption") else "",
                 )
             )
         n += 1
