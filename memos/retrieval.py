@@ -138,10 +138,7 @@ async def search(
         if name == SHARED:
             candidates.extend(_shared_candidates(rows, source, views))
             continue
-        time_field = storage.type_table(name).record_type.time_field
-        view = lambda row, name=name, time_field=time_field: views.get((name, row["id"])) or views.setdefault(  # noqa: E731
-            (name, row["id"]), RowView.of(row, time_field))
-        candidates.extend(rank_rows(name, rows, source, view))
+        candidates.extend(rank_rows(name, rows, source, _viewer(views, name, storage.type_table(name).record_type.time_field)))
     named = request.since is None and request.until is None and request.policy.time_weight
     window = parse_time_window(request.query, now) if named else None  # explicit since/until already filter
     hits = fuse(candidates, for_language(request.policy, request.query, embedder), now, window)
@@ -177,10 +174,16 @@ def _shared_candidates(rows: list[dict], source: str, views: dict[tuple[str, str
             by_store.setdefault(row["memory_type"], []).append(row)
     out: list[Candidate] = []
     for name, store_rows in by_store.items():
-        view = lambda row, name=name: views.get((name, row["id"])) or views.setdefault(  # noqa: E731
-            (name, row["id"]), RowView.of(row, EVENT_TIME))
-        out.extend(rank_rows(name, store_rows, source, view))
+        out.extend(rank_rows(name, store_rows, source, _viewer(views, name, EVENT_TIME)))
     return out
+
+
+def _viewer(views: dict[tuple[str, str], RowView], name: str, time_field: str) -> Callable[[dict], RowView]:
+    """The view of a row of store `name`, made once per row for all the lists that return it."""
+    def view(row: dict) -> RowView:
+        key = (name, row["id"])
+        return views.get(key) or views.setdefault(key, RowView.of(row, time_field))
+    return view
 
 
 def for_language(policy: RankingPolicy, query: str, embedder: TextEmbedder | None) -> RankingPolicy:
