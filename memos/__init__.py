@@ -13,8 +13,15 @@ from __future__ import annotations
 
 import os as _os
 
+# LanceDB's settings, before anything of memos loads it. Its Rust log level: the variable this
+# LanceDB reads is LANCEDB_LOG (LANCE_LOG, which memos set alone before, is not read: its WARN
+# lines about retried compactions reached users' stderr); LANCE_LOG is honoured as its value.
 _os.environ.setdefault("LANCE_LOG", "error")
-_os.environ.setdefault("LANCEDB_LOG", _os.environ["LANCE_LOG"] or "error")  # the variable this LanceDB reads (memos._lance)
+_os.environ.setdefault("LANCEDB_LOG", _os.environ["LANCE_LOG"] or "error")
+# Opt in now to LanceDB's coming default (vector index statistics without the IVF centroids):
+# building a vector index again on a large table (a purge does, `Storage._scrub_table`) otherwise
+# logs a deprecation WARN naming this variable, even at the error level.
+_os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
 
 from .exceptions import (  # noqa: E402
     BudgetError,

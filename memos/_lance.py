@@ -14,7 +14,6 @@ or is not laid out as expected.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from types import ModuleType
 
@@ -52,10 +51,3 @@ def rest_client_loaded() -> bool:
 
 
 defer_rest_client()
-# LanceDB's Rust log level: its variable is LANCEDB_LOG (LANCE_LOG, which memos set before, is not
-# read by this LanceDB: its WARN lines about retried compactions reached every user's stderr).
-os.environ.setdefault("LANCEDB_LOG", os.environ.get("LANCE_LOG") or "error")
-# Opt in now to LanceDB's coming default (vector index statistics without the IVF centroids):
-# building a vector index again on a large table (a purge does, `Storage._scrub_table`) otherwise
-# logs a deprecation WARN naming this variable, even with LANCE_LOG=error.
-os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")

@@ -76,9 +76,6 @@ def _executed_mask() -> int:
 def worker_main(uri: str, embedder: str | None = "local", model: str | None = None, duration: float | None = None,
                 jobs_url: str | None = None, stop_file: str | None = None) -> None:
     """Spawn-friendly entry point (plain arguments): `ctx.Process(target=worker_main, args=(uri, None))`."""
-    import os
-
-    os.environ.setdefault("LANCE_LOG", "error")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     result = run_worker(uri, embedder=None if embedder in (None, "none") else embedder, model=model,
                         jobs_url=jobs_url, duration=duration, stop_file=stop_file)

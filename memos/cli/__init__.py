@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("LANCE_LOG", "error")
-
 from .._malloc import limit_malloc_arenas  # noqa: E402
 
 limit_malloc_arenas()  # before LanceDB or torch start threads (see memos._malloc)
