@@ -489,16 +489,16 @@ class MemoryOS:
         return owners
 
     async def erase(self, scope: Scope) -> dict[str, int]:
-        """Delete every record and history row of `scope` for real, in every store, then rebuild
-        the full-text indexes and purge old table versions so nothing of it stays on disk.
-        Returns how many were removed per store (and "history")."""
+        """Delete every record and history row of `scope` for real, in every store. Returns how
+        many were removed per store (and "history"). Old table versions and index entries still
+        hold them until `purge` (which drops those versions and builds every index again);
+        `memos.portability.forget_user` erases, then purges."""
         where = Where(check.check_scope(scope)).build()
         assert where is not None
         removed: dict[str, int] = {}
         for name in self.types:
             removed[name] = await self.storage.count(name, where)
             await self.storage.delete_rows(name, where)
-            await self.storage.rebuild_text_index(name)
         removed["history"] = len(await self.storage.raw_history(where))
         await self.storage.delete_history(where)
         return removed
