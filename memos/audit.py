@@ -20,6 +20,7 @@ from typing import Any
 
 from memos.memtypes import new_id
 
+from .scope import sql_in
 from .storage import Storage
 
 __all__ = ["CREATION_OPS", "history_gaps", "repair_history"]
@@ -56,7 +57,7 @@ async def repair_history(storage: Storage) -> dict[str, int]:
     for name, missing in (await history_gaps(storage)).items():
         table = storage.type_table(name)
         ids = sorted({m["id"] for m in missing})
-        rows = {r["id"]: r for r in await storage.rows(name, "id IN (" + ", ".join(_quote(i) for i in ids) + ")",
+        rows = {r["id"]: r for r in await storage.rows(name, sql_in("id", ids),
                                                         columns=table.result_columns)}
         entries = []
         for gap in missing:
@@ -75,7 +76,3 @@ async def repair_history(storage: Storage) -> dict[str, int]:
     return done
 
 
-def _quote(value: str) -> str:
-    from .scope import sql_string
-
-    return sql_string(value)

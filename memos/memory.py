@@ -594,10 +594,9 @@ class MemoryOS:
         tags, since, until = check.check_tags(tags), check.check_time(since, "since"), check.check_time(until, "until")
         check.check_bool(include_inactive, "include_inactive")
         check.check_bool(replies, "replies")
-        if types is not None and (isinstance(types, str | type) or not isinstance(types, Sequence)):
-            raise ConfigError(f"types must be a list of store names, got {types!r}")
-        if isinstance(empty, str | type) or not isinstance(empty, Sequence | set | frozenset):
-            raise ConfigError(f"empty must be a list of store names, got {empty!r}")
+        if types is not None:
+            _check_store_list(types, "types", Sequence)  # ordered: the stores are searched in this order
+        _check_store_list(empty, "empty", Sequence | set | frozenset)
         names = [self.record_type(t).memory_type for t in (types or self.searchable_types)]
         statuses = _search_statuses(include_inactive, since, until)
         request = SearchRequest(
@@ -797,6 +796,12 @@ class MemoryOS:
         rows = await self.storage.rows(name, Where().id_in(ids).build(), columns=["id", "vector"])
         by_id = {r["id"]: r["vector"] for r in rows}
         return [by_id.get(i) for i in ids]
+
+
+def _check_store_list(value: object, what: str, kinds: Any) -> None:
+    """A collection (of `kinds`) of store names or record types; a lone name is the usual slip."""
+    if isinstance(value, str | type) or not isinstance(value, kinds):
+        raise ConfigError(f"{what} must be a list of store names, got {value!r}")
 
 
 def _search_statuses(include_inactive: bool, since: datetime | None, until: datetime | None) -> tuple[str, ...]:

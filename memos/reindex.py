@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable
 
 from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
-from lancedb.index import FTS
 
 from .embeddings import TextEmbedder
+from .fulltext import text_index
 from .schema import arrow_schema
 from .storage import Storage, TypeTable, retry_conflicts
 
@@ -45,7 +45,7 @@ async def rebuild_tables(storage: Storage, embedder: TextEmbedder,
         table = await storage.conn.create_table(new_name, schema=arrow_schema(old.record_type, embedder.dim), mode="overwrite")
         if records:
             await table.add([old.to_row(r, v) for r, v in zip(records, vectors, strict=True)])
-        await retry_conflicts(lambda t=table: t.create_index("text", config=FTS(with_position=False)))
+        await retry_conflicts(text_index(table, replace=False))
         built[name] = TypeTable(old.record_type, table, old.json_cols)
         physical[name] = new_name
         done += len(records)

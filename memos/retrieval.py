@@ -21,7 +21,7 @@ from .fulltext import cjk_share, query_words
 from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
-from .scope import Scope, Where, sql_string, valid_at
+from .scope import Scope, Where, sql_in, valid_at
 from .search_index import EVENT_TIME
 from .speakers import favour_speakers
 from .storage import Storage
@@ -118,7 +118,7 @@ async def search(
             jobs.append((name, "text", storage.text_search(name, text, where, per_list, columns)))
     if shared:
         where = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
-                 .tags_any(request.tags).raw("memory_type IN (" + ", ".join(sql_string(n) for n in shared) + ")").build())
+                 .tags_any(request.tags).raw(sql_in("memory_type", shared)).build())
         limit = per_list * len(shared)  # as many candidates as the per-store lists gave together
         if vector is not None:
             jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit)))

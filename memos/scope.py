@@ -13,12 +13,13 @@ doubles single quotes. Column names are never taken from input.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .exceptions import InvalidFilterError
 
-__all__ = ["MAX_ID_LENGTH", "Scope", "Where", "sql_string", "valid_at", "validate_record_id", "validate_value"]
+__all__ = ["MAX_ID_LENGTH", "Scope", "Where", "sql_in", "sql_string", "valid_at", "validate_record_id", "validate_value"]
 
 MAX_ID_LENGTH = 256
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -58,6 +59,12 @@ def validate_record_id(value: object) -> str:
 def sql_string(value: str) -> str:
     """Quote an already validated string as a SQL literal."""
     return "'" + value.replace("'", "''") + "'"
+
+
+def sql_in(column: str, values: Iterable[str]) -> str:
+    """`column IN (...)` over quoted, already validated strings; `false` for none."""
+    quoted = ", ".join(sql_string(v) for v in values)
+    return f"{column} IN ({quoted})" if quoted else "false"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,13 +144,12 @@ class Where:
         return self
 
     def id_in(self, ids: list[str]) -> Where:
-        quoted = ", ".join(sql_string(validate_record_id(i)) for i in ids)
-        self._parts.append(f"id IN ({quoted})" if ids else "false")
+        self._parts.append(sql_in("id", [validate_record_id(i) for i in ids]))
         return self
 
     def status_in(self, statuses: tuple[str, ...] | list[str] | None) -> Where:
         if statuses:
-            self._parts.append("status IN (" + ", ".join(sql_string(validate_value(s, "status")) for s in statuses) + ")")
+            self._parts.append(sql_in("status", [validate_value(s, "status") for s in statuses]))
         return self
 
     def tags_any(self, tags: list[str] | None) -> Where:

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
-from lancedb.index import FTS
 
 from memos.memtypes import MemoryRecord
 
 from .fulltext import FORM as FULLTEXT_FORM
+from .fulltext import text_index
 from .schema import VECTOR_COLUMN, arrow_schema, arrow_table
-from .scope import sql_string
+from .scope import sql_in, sql_string
 
 if TYPE_CHECKING:
     from .storage import Storage
@@ -145,7 +145,7 @@ class SearchIndex:
                 if rows:
                     await table.add(rows)
                     total += len(rows)
-        await self.storage.write(table, lambda: table.create_index("text", config=FTS(with_position=False), replace=True))
+        await self.storage.write(table, text_index(table))
         if total:
             await self.storage.write(table, lambda: table.optimize())
         old = recorded.get("table")
@@ -224,7 +224,7 @@ class SearchIndex:
         found: list[dict[str, Any]] = []
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start : start + _CHUNK]
-            found += await self.storage.rows(memory_type, "id IN (" + ", ".join(sql_string(i) for i in chunk) + ")", columns=columns)
+            found += await self.storage.rows(memory_type, sql_in("id", chunk), columns=columns)
         gone = sorted(set(ids) - {r["id"] for r in found})
         if gone:
             await self._delete(memory_type, gone)
@@ -233,8 +233,8 @@ class SearchIndex:
 
     async def _delete(self, memory_type: str, ids: Sequence[str]) -> None:
         for start in range(0, len(ids), _CHUNK):
-            keys = ", ".join(sql_string(f"{memory_type}:{i}") for i in ids[start : start + _CHUNK])
-            await self.mirror(lambda keys=keys: self.table.delete(f"key IN ({keys})"), 0)
+            keys = sql_in("key", [f"{memory_type}:{i}" for i in ids[start : start + _CHUNK]])
+            await self.mirror(lambda keys=keys: self.table.delete(keys), 0)
 
     async def mirror(self, op: Any, rows: int) -> None:
         """Run one write on the shared table after the typed write committed; a failure marks it behind."""
@@ -265,7 +265,7 @@ class SearchIndex:
     async def rebuild_text_index(self) -> None:
         """Recreate the full-text index from the current rows (drops the terms of deleted rows)."""
         if self.table is not None:
-            await self.storage.write(self.table, lambda: self.table.create_index("text", config=FTS(with_position=False), replace=True))
+            await self.storage.write(self.table, text_index(self.table))
 
 
 class Gathered:

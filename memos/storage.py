@@ -28,17 +28,17 @@ from typing import Any, TypeVar
 from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 import lancedb
 import pyarrow as pa
-from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
+from lancedb.index import Bitmap, BTree, IvfHnswSq
 
 from memos.memtypes import MemoryRecord, new_id
 
 from ._sync import best_effort
 from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, RecordChangedError, StoreFullError, StoreUnavailableError
-from .fulltext import FORM, MARK, has_cjk, index_form, plain_text
+from .fulltext import FORM, MARK, has_cjk, index_form, plain_text, text_index, text_index_config
 from .lease import StoreLease
 from .read_cache import ReadCache
-from .scope import sql_string
+from .scope import sql_in, sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, arrow_table, json_columns, record_from_row, row_from_record
 from .search_index import SearchIndex
 
@@ -210,7 +210,7 @@ def vector_index(rows: int) -> IvfHnswSq:
 
 _INDEX_CONFIGS: dict[str, Callable[[int], Any]] = {
     "BTree": lambda rows: BTree(), "Bitmap": lambda rows: Bitmap(),
-    "FTS": lambda rows: FTS(with_position=False), "IvfHnswSq": vector_index,
+    "FTS": lambda rows: text_index_config(), "IvfHnswSq": vector_index,
 }
 """How to build each kind of index memos makes again, by LanceDB's index type name."""
 
@@ -401,7 +401,7 @@ class Storage:
                 f"table {physical} has {vec.type.list_size}-d vectors but the store is {self.dim}-d; run memos reindex {self.uri}"
             )
         if not any(idx.columns == ["text"] for idx in await table.list_indices()):
-            await self.write(table, lambda: table.create_index("text", config=FTS(with_position=False), replace=False))
+            await self.write(table, text_index(table, replace=False))
         self.tables[record_type.memory_type] = TypeTable(record_type, table, json_columns(record_type))
 
     async def _table_names(self) -> set[str]:
@@ -581,7 +581,7 @@ class Storage:
         by_id = {r["id"]: r for r in taken}
         missing = [r["id"] for r in rows if r["id"] not in by_id]
         if missing:
-            ids = "id IN (" + ", ".join(sql_string(i) for i in missing) + ")"
+            ids = sql_in("id", missing)
             for row in await self.rows(memory_type, f"({where}) AND {ids}" if where else ids, columns=typed.result_columns):
                 by_id[row["id"]] = row
         return [by_id[r["id"]] for r in rows if r["id"] in by_id]
@@ -734,7 +734,7 @@ class Storage:
     async def rebuild_text_index(self, memory_type: str) -> None:
         """Recreate a table's full-text index from its current rows (drops terms of deleted rows)."""
         table = self.tables[memory_type].table
-        await self.write(table, lambda: table.create_index("text", config=FTS(with_position=False), replace=True))
+        await self.write(table, text_index(table))
         if self.search.covers(memory_type):
             await self.search.rebuild_text_index()
 
