@@ -18,15 +18,19 @@ from ._malloc import release_free_memory
 from .audit import repair_history
 from .indexing import ensure_indexes
 from .search_index import SEARCH_TABLE
-from .storage import Storage, is_conflict
+from .storage import KEEP_VERSIONS, Storage, is_conflict
 
 __all__ = ["compact_tables", "maintain"]
 
 log = logging.getLogger("memos.maintenance")
 
 
-async def compact_tables(storage: Storage, *, cleanup_older_than: timedelta = timedelta(days=7)) -> dict[str, Any]:
-    """Optimize every table (typed stores and history); returns what each compaction did."""
+async def compact_tables(storage: Storage, *, cleanup_older_than: timedelta = KEEP_VERSIONS) -> dict[str, Any]:
+    """Optimize every table (typed stores and history); returns what each compaction did.
+
+    Old versions are kept as long as the automatic compactions keep them (`KEEP_VERSIONS`), no
+    longer: nothing in memos reads an older version, and LanceDB's default of 7 days kept every
+    rewrite of a bulk load on disk (a 100k `bench scale` store stayed at 16 GB for 0.5 GB of rows)."""
     out: dict[str, Any] = {}
     tables = {name: t.table for name, t in storage.tables.items()}
     tables["_history"] = storage.history
@@ -50,7 +54,7 @@ async def compact_tables(storage: Storage, *, cleanup_older_than: timedelta = ti
 
 
 async def maintain(storage: Storage, *, min_rows: int | None = None,
-                   cleanup_older_than: timedelta = timedelta(days=7)) -> dict[str, Any]:
+                   cleanup_older_than: timedelta = KEEP_VERSIONS) -> dict[str, Any]:
     """Compact every table, then make sure the indexes a table of its size needs exist."""
     compaction = await compact_tables(storage, cleanup_older_than=cleanup_older_than)
     indexes = await ensure_indexes(storage, min_rows=min_rows)

@@ -57,7 +57,27 @@ the whole table (a compaction merges every fragment below LanceDB's 1M-row targe
 bench store 0.5 s of CPU each time), so at `COMPACT_EVERY` a chat spent ~40 ms of background
 CPU per turn on it, competing with the turns themselves (README, issue 18)."""
 INDEX_EVERY_ROWS = 1_000
-"""Rows written to a table before its indexes are brought up to date (with a compaction)."""
+"""Rows written to a table before its indexes are brought up to date (with a compaction), at least."""
+COMPACT_GROWTH = 0.25
+"""...and at most this fraction of the rows the table held at its last automatic optimize. An
+optimize rewrites the table's fragments that carry the same indexes (on a table with only its
+full-text index, every fragment: the whole table) and merges its full-text and scalar indexes
+whole, so its cost grows with the table. Spaced by a share of the table, the optimizes of a bulk
+load of n rows rewrite ~n(1 + 1/0.25) rows in all instead of ~n^2 / (2 * 1,000); a `bench scale`
+of 100k records left 2,307 versions and 7.1 GB of rewritten files in the shared table alone
+(README, issue 18)."""
+SMALL_COMMIT_ROWS = 4
+"""Commits of at most this many rows on average (a chat's turns, one at a time) are compacted every
+`COMPACT_EVERY` commits: it is their fragment count that slows searches, not their rows. Larger
+commits (a bulk load) wait for `COMPACT_GROWTH` or `MAX_COMMITS`."""
+MAX_COMMITS = 200
+"""Commits to a table after which it is optimized whatever their size (fragments stay bounded)."""
+COMPACT_DUTY = 4.0
+"""An automatic optimize of a table starts no sooner than this many times the previous one's
+duration after it ended (and `COMPACT_GAP` at least): during a burst of writes a table's background
+optimizes use at most a fifth of a core; a chat, seconds between commits, never waits."""
+COMPACT_GAP = 1.0
+"""Seconds between two automatic optimizes of one table, at least."""
 KEEP_VERSIONS = timedelta(minutes=10)
 """How long automatic compaction keeps old table versions (readers still on one can finish)."""
 CACHE_BYTES = {"index": 1024 * 2**20, "metadata": 64 * 2**20}
@@ -229,6 +249,10 @@ class Storage:
         self._writes: dict[int, int] = {}
         self._pending: dict[int, int] = {}  # rows written since the table was last optimized
         self._optimizing: dict[int, asyncio.Task[None]] = {}  # a table's background optimize (`_committed`)
+        self._sized: dict[int, int] = {}  # a table's rows at its last automatic optimize
+        self._resting: dict[int, float] = {}  # when a table may be optimized again (`timer`)
+        self.timer: Callable[[], float] = time.monotonic
+        """The clock of the optimizes' spacing (`COMPACT_DUTY`); tests replace it."""
         self._empty_checked: dict[str, float] = {}  # table -> when it was last seen empty (monotonic)
         self._nonempty: set[str] = set()
         self._names: set[str] | None = None  # tables present when the store was opened
@@ -267,15 +291,17 @@ class Storage:
         raise AssertionError("unreachable")
 
     async def _committed(self, table: Any, rows: int = 0, every: int = COMPACT_EVERY) -> None:
-        """Count a commit of `rows` rows; every `every` commits to a table, or once
-        `INDEX_EVERY_ROWS` rows have arrived since the last time, optimize it: compact its
-        fragments, fold the new rows into its indexes and drop old versions.
+        """Count a commit of `rows` rows, and optimize the table in the background when it is due:
+        compact its fragments, fold the new rows into its indexes and drop old versions.
 
         Each commit adds a data fragment and a version whose manifest lists every fragment, so an
         uncompacted table grows quadratically on disk and slows down; rows not yet in the
         full-text index are searched by scanning and tokenizing each of them per query (a bulk
-        ingest of 2,000 turns made every text query 2-3x slower). This keeps both bounded
-        without waiting for the maintenance job.
+        ingest of 2,000 turns made every text query 2-3x slower). An optimize costs in proportion
+        to the table, though (it rewrites fragments and merges indexes whole), so it is due
+        (`_due`) after `every` small commits (a chat), after new rows worth `COMPACT_GROWTH` of the
+        table (at least `INDEX_EVERY_ROWS`: a bulk load), or after `MAX_COMMITS` commits; and never
+        sooner than `COMPACT_DUTY` times the previous one's duration after it.
 
         The optimize runs in the background, off the write path: the write it follows has
         committed (durable) and returns at once. One optimize per table is in flight at a time;
@@ -286,19 +312,28 @@ class Storage:
         key = id(table)
         self._writes[key] = self._writes.get(key, 0) + 1
         self._pending[key] = self._pending.get(key, 0) + rows
-        due = self._writes[key] % every == 0 or self._pending[key] >= INDEX_EVERY_ROWS
         running, loop = self._optimizing.get(key), asyncio.get_running_loop()
-        if due and (running is None or running.done() or running.get_loop() is not loop):
-            self._pending[key] = 0
+        if (self._due(key, every) and self.timer() >= self._resting.get(key, float("-inf"))
+                and (running is None or running.done() or running.get_loop() is not loop)):
+            self._writes[key] = self._pending[key] = 0
             self._optimizing[key] = best_effort(loop.create_task(self._optimize(table, key)))
 
+    def _due(self, key: int, every: int) -> bool:
+        commits, rows = self._writes[key], self._pending[key]
+        return ((commits >= every and rows <= SMALL_COMMIT_ROWS * commits) or commits >= max(every, MAX_COMMITS)
+                or rows >= max(INDEX_EVERY_ROWS, COMPACT_GROWTH * self._sized.get(key, 0)))
+
     async def _optimize(self, table: Any, key: int) -> None:
+        started = self.timer()
         try:
             await self.write(table, lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
+            self._sized[key] = await table.count_rows()
         except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the writes have committed
-            self._pending[key] = self._pending.get(key, 0) + INDEX_EVERY_ROWS  # due again at the next commit
+            self._writes[key] = self._writes.get(key, 0) + MAX_COMMITS  # due again at the next commit
             log.warning("automatic compaction of %s skipped (%s); the next one or the maintenance job does it",
                         table.name, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+        ended = self.timer()
+        self._resting[key] = ended + max(COMPACT_GAP, COMPACT_DUTY * (ended - started))
 
     async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0) -> T:
         """A write to a table that is no memory type's own (the shared search table), counted

@@ -1,0 +1,90 @@
+"""When a table is optimized automatically (`Storage._committed`): an optimize costs in
+proportion to the table (it rewrites the fragments that carry the same indexes, on a table
+with only its full-text index all of them, and merges indexes whole), so a bulk load spaces
+them by the table's size and a burst of writes by the previous optimize's duration, while a
+chat's one-row commits are still folded in every `COMPACT_EVERY` commits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from memos import MemoryOS, Scope
+from memos.bench.scale import HashedTokens
+from memos.memtypes import Episode
+
+SCOPE = Scope("ann", "agent")
+
+
+class Timer:
+    """The storage's monotonic clock, moved by the test only."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def open_store(tmp_path: Path) -> tuple[MemoryOS, Timer]:
+    memory = await MemoryOS.open(tmp_path / "db", embedder=HashedTokens(), vault_key_file=tmp_path / "vault.key")
+    timer = Timer()
+    memory.storage.timer = timer
+    return memory, timer
+
+
+def episodes(n: int, tag: str) -> list[Episode]:
+    return [Episode(actor="ann", summary=f"{tag} {i}: ann walked to the harbour") for i in range(n)]
+
+
+async def fragments(memory: MemoryOS, store: str = "episodic") -> int:
+    return int((await memory.storage.type_table(store).table.stats())["fragment_stats"]["num_fragments"])
+
+
+async def add_then_rest(memory: MemoryOS, timer: Timer, records: list[Any]) -> None:
+    """One add, its background optimizes finished, then an hour: no spacing by time applies."""
+    await memory.add(SCOPE, records, actor="test")
+    await memory.storage.settle()
+    timer.now += 3600
+
+
+async def test_a_bulk_load_does_not_rewrite_the_table_every_thousand_rows(tmp_path):
+    """The table's rows arrive 1,000 at a time after 12,000: each commit used to trigger an
+    optimize, and each optimize rewrote every fragment already indexed (LanceDB merges the fragments
+    that carry the same indexes: here all the table's rows but the newest). Now the new rows wait
+    until they are a quarter of the table, then one optimize folds them in, and nothing is lost."""
+    memory, timer = await open_store(tmp_path)
+    await add_then_rest(memory, timer, episodes(12_000, "base"))
+    assert await fragments(memory) == 1  # the first 12,000 rows were optimized (>= 1,000 rows)
+    await add_then_rest(memory, timer, episodes(1_000, "more"))
+    await add_then_rest(memory, timer, episodes(1_000, "again"))
+    await add_then_rest(memory, timer, episodes(999, "later"))
+    assert await fragments(memory) == 4  # 12,000 + 1,000 + 1,000 + 999 left alone (the old policy: 3, after rewriting 13,000)
+    await add_then_rest(memory, timer, episodes(100, "last"))  # 3,099 new rows >= 12,000 / 4
+    assert await fragments(memory) == 2  # the new rows in one fragment (not yet indexed: merged apart from the rest)
+    assert await memory.storage.count("episodic") == 15_099
+    hits = await memory.search("later 7: ann walked to the harbour", SCOPE, k=3)
+    assert hits and hits[0].record.summary == "later 7: ann walked to the harbour"
+
+
+async def test_a_burst_of_commits_waits_for_the_last_optimize_to_rest_then_is_folded_in(tmp_path):
+    """One-row commits are optimized every 25 commits, but not sooner than `COMPACT_GAP` (and
+    `COMPACT_DUTY` times the last optimize's duration) after the previous one: a loop of single
+    adds no longer keeps a core busy rewriting the table. Once the table has rested, the next
+    commit folds every waiting fragment in."""
+    memory, timer = await open_store(tmp_path)
+    for n in range(25):
+        await memory.add(SCOPE, Episode(actor="ann", summary=f"turn {n} about tea"), actor="test")
+    await memory.storage.settle()
+    assert await fragments(memory) == 1  # the 25th commit was optimized at once
+    for n in range(25, 60):
+        await memory.add(SCOPE, Episode(actor="ann", summary=f"turn {n} about tea"), actor="test")
+    await memory.storage.settle()
+    assert await fragments(memory) == 36  # the clock has not moved: the table is resting
+    timer.now += 5
+    await memory.add(SCOPE, Episode(actor="ann", summary="turn 60 about tea"), actor="test")
+    await memory.storage.settle()
+    assert await fragments(memory) == 2  # the first 25 (indexed) and the 36 since, merged apart
+    assert await memory.storage.count("episodic") == 61
+    hits = await memory.search("turn 44 about tea", SCOPE, k=3)
+    assert hits and hits[0].record.summary == "turn 44 about tea"
