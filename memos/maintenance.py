@@ -16,7 +16,7 @@ from typing import Any
 
 from ._malloc import release_free_memory
 from .audit import repair_history
-from .indexing import ensure_indexes
+from .indexing import MAX_INDEX_PARTS, ensure_indexes
 from .search_index import SEARCH_TABLE
 from .storage import KEEP_VERSIONS, Storage, is_conflict
 
@@ -53,11 +53,12 @@ async def compact_tables(storage: Storage, *, cleanup_older_than: timedelta = KE
     return out
 
 
-async def maintain(storage: Storage, *, min_rows: int | None = None,
-                   cleanup_older_than: timedelta = KEEP_VERSIONS) -> dict[str, Any]:
-    """Compact every table, then make sure the indexes a table of its size needs exist."""
+async def maintain(storage: Storage, *, min_rows: int | None = None, cleanup_older_than: timedelta = KEEP_VERSIONS,
+                   max_index_parts: int = MAX_INDEX_PARTS) -> dict[str, Any]:
+    """Compact every table, then make sure the indexes a table of its size needs exist (and
+    build a vector index in more than `max_index_parts` parts again: `memos.indexing`)."""
     compaction = await compact_tables(storage, cleanup_older_than=cleanup_older_than)
-    indexes = await ensure_indexes(storage, min_rows=min_rows)
+    indexes = await ensure_indexes(storage, min_rows=min_rows, max_parts=max_index_parts)
     purge = await storage.finish_deferred_purge()
     repaired = await repair_history(storage)
     if storage.search.table is not None:

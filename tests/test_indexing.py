@@ -70,3 +70,25 @@ async def test_a_reply_is_found_by_the_words_of_the_turn_it_answers(mem, embedde
     [row] = await mem.storage.rows("episodic", f"id = '{episodes[1].id}'", columns=["vector"])
     expected = await embedder.embed_documents([episodes[1].index_text()])
     assert max(abs(a - b) for a, b in zip(row["vector"], expected[0], strict=True)) < 1e-5  # the vector is of the turn alone
+
+
+async def test_maintenance_builds_a_vector_index_again_once_optimizes_split_it_into_many_parts(mem):
+    """Each optimize adds a table's new rows to its vector index as one more part, and their rows
+    stay in fragments of their own; every vector query then searches every part. Past
+    `max_index_parts` the maintenance job builds the index again, whole."""
+    ann = Scope("ann")
+    await mem.add(ann, [Fact(subject="ann", summary=f"ann fact {i} about gardening tomatoes {i % 7}") for i in range(40)])
+    await maintain(mem.storage, min_rows=30)
+    table = mem.storage.type_table("semantic").table
+    name = next(i.name for i in await table.list_indices() if i.columns == ["vector"])
+    for n in range(3):
+        await mem.add(ann, Fact(subject="ann", summary=f"ann keeps bees on roof number {n}"))
+        await mem.storage.write(table, table.optimize)
+    assert (await table.index_stats(name)).num_indices == 4
+    report = await maintain(mem.storage, min_rows=30, max_index_parts=2)
+    assert "rebuilt from 4 parts" in report["indexes"]["semantic"]
+    assert (await table.index_stats(name)).num_indices == 1
+    hits = await mem.search("bees on roof number 2", ann, k=3)
+    assert hits[0].record.summary == "ann keeps bees on roof number 2"
+    again = await maintain(mem.storage, min_rows=30, max_index_parts=2)
+    assert again["indexes"]["semantic"].endswith("indexes present")
