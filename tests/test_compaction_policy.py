@@ -6,6 +6,7 @@ chat's one-row commits are still folded in every `COMPACT_EVERY` commits."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ async def open_store(tmp_path: Path) -> tuple[MemoryOS, Timer]:
     memory = await MemoryOS.open(tmp_path / "db", embedder=HashedTokens(), vault_key_file=tmp_path / "vault.key")
     timer = Timer()
     memory.storage.timer = timer
+    memory.storage.quiet_after = 3600  # no fold-in when writes pause unless a test asks for it
     return memory, timer
 
 
@@ -88,3 +90,27 @@ async def test_a_burst_of_commits_waits_for_the_last_optimize_to_rest_then_is_fo
     assert await memory.storage.count("episodic") == 61
     hits = await memory.search("turn 44 about tea", SCOPE, k=3)
     assert hits and hits[0].record.summary == "turn 44 about tea"
+
+
+async def unindexed(memory: MemoryOS, store: str = "episodic") -> int:
+    table = memory.storage.type_table(store).table
+    name = next(i.name for i in await table.list_indices() if i.columns == ["text"])
+    return int((await table.index_stats(name)).num_unindexed_rows)
+
+
+async def test_rows_held_back_are_folded_in_once_the_writes_pause(tmp_path):
+    """The spacing holds a bulk load's last rows back (here 1,000 after 12,000: under a quarter);
+    once no commit has come for `quiet_after` seconds they are optimized anyway, so searches do
+    not scan them outside the indexes until the next write."""
+    memory, timer = await open_store(tmp_path)
+    await add_then_rest(memory, timer, episodes(12_000, "base"))
+    assert await unindexed(memory) == 0
+    memory.storage.quiet_after = 0.05
+    await memory.add(SCOPE, episodes(1_000, "more"), actor="test")  # not due: 1,000 < 12,000 / 4
+    for _ in range(600):  # the pause is measured on the event loop's clock: wait for it, 30 s at most
+        await memory.storage.settle()
+        if await unindexed(memory) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await unindexed(memory) == 0
+    assert await memory.storage.count("episodic") == 13_000
