@@ -32,7 +32,7 @@ from .ranking import Hit
 from .scope import Scope, Where
 from .storage import Storage
 
-__all__ = ["asks", "exchange_partners", "reply_at", "session_turns", "with_replies"]
+__all__ = ["antecedent", "asks", "exchange_partners", "refers_back", "reply_at", "session_turns", "with_replies"]
 
 _ASKS = re.compile(r"[?？]\W*$")
 
@@ -84,6 +84,8 @@ async def with_replies(storage: Storage, scope: Scope, statuses: Sequence[str], 
             brought.setdefault(anchor.id, []).append(Hit(turns_store, reply, anchor.score, {"reply_to": 1.0}))
         for partner in exchange_partners(session, at):
             brought.setdefault(anchor.id, []).append(Hit(turns_store, partner, anchor.score, {"exchange": 1.0}))
+        if (before := antecedent(session, at)) is not None:
+            brought.setdefault(anchor.id, []).append(Hit(turns_store, before, anchor.score, {"refers_to": 1.0}))
     out: list[Hit] = []
     seen = {h.id for h in hits}
     for hit in hits:
@@ -101,6 +103,26 @@ def reply_at(session: Sequence[Any], at: int) -> Any | None:
     if not asks(turn.summary) or at + 1 >= len(session) or session[at + 1].actor == turn.actor:
         return None
     return session[at + 1]
+
+
+_REFERS_BACK = re.compile(
+    r"^(?:(?:哈哈+|嗯+|对|是的|没错|好|哦|啊)[，,！!。 ]*)*(?:她们|他们|它们|她|他|它|这个人|那个人)"
+    r"|^(?:(?:haha|yes|yeah|oh|ah|well|right)[,!. ]+)*(?:she|he|they)\b", re.IGNORECASE)
+
+
+def refers_back(text: str) -> bool:
+    """Whether a turn opens on a third person it does not name (`她已经是我们的第一个 beta tester 了`,
+    "He loved it!"): who it is about was said before."""
+    return _REFERS_BACK.search(text.lstrip()) is not None
+
+
+def antecedent(session: Sequence[Any], at: int) -> Any | None:
+    """The turn `session[at]` refers back to when it opens on a person it does not name: the
+    turn before it, said by someone else (`可以让她当测试用户` before `她已经是...beta tester 了`)."""
+    turn = session[at]
+    if at < 1 or not refers_back(turn.summary) or session[at - 1].actor == turn.actor:
+        return None
+    return session[at - 1]
 
 
 def exchange_partners(session: Sequence[Any], at: int) -> list[Any]:

@@ -12,6 +12,7 @@ benchmarks all come through `search`.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -27,7 +28,7 @@ from .speakers import favour_speakers
 from .storage import Storage
 from .temporal import parse_time_window
 
-__all__ = ["RowView", "SearchRequest", "for_language", "fts_query", "search"]
+__all__ = ["RowView", "SearchRequest", "for_language", "fts_query", "interleave", "question_parts", "search"]
 
 MAX_QUERY_CHARS = 4_000
 SHARED = "*"
@@ -75,8 +76,6 @@ async def search(
     count_tokens: Callable[[str], int],
 ) -> list[Hit]:
     """Ranked hits for `request`; with a budget, only those that fit it."""
-    text = fts_query(request.query)
-    vector = await embedder.embed_query(request.query[:MAX_QUERY_CHARS]) if embedder and request.query.strip() else None
     per_list = max(2 * request.k, 20, (request.budget_tokens or 0) // 15)  # enough candidates to fill the budget
     if request.budget_tokens is not None:  # and deep enough lists to fuse well (README, entity graph)
         per_list = max(per_list, request.policy.budget_candidates)
@@ -84,7 +83,6 @@ async def search(
     # (reading every column of every candidate was a third of a query's time); packing a budget
     # may reach far down the list, so a budgeted search reads candidates whole.
     lean = request.budget_tokens is None
-    jobs = []
     wheres: dict[str, str | None] = {}
     known = {name: storage.known_rows(name) for name in request.types}  # no read for a table already seen
     unknown = [name for name, has in known.items() if has is None]
@@ -97,7 +95,8 @@ async def search(
     shared = [n for n in request.types if known[n] and lean and storage.search.usable and storage.search.covers(n)
               and not (request.until is not None and getattr(storage.type_table(n).record_type, "bitemporal", False))]
     known |= {name: False for name in request.empty if name in known and name not in shared}
-    for name in [n for n in request.types if known[n]]:
+    searched = [n for n in request.types if known[n]]
+    for name in searched:
         table = storage.type_table(name)
         conditions = (
             Where(request.scope)
@@ -107,43 +106,56 @@ async def search(
         )
         if request.until is not None and getattr(table.record_type, "bitemporal", False):
             conditions.raw(valid_at(request.until))  # a closed relation was true only until it closed
-        where = conditions.build()
-        columns = RowView.columns(table.record_type.time_field) if lean else None
-        wheres[name] = where
-        if name in shared:
-            continue
-        if vector is not None:
-            jobs.append((name, "vector", storage.vector_search(name, vector, where, per_list, columns)))
-        if text:
-            jobs.append((name, "text", storage.text_search(name, text, where, per_list, columns)))
-    if shared:
-        where = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
-                 .tags_any(request.tags).raw(sql_in("memory_type", shared)).build())
-        limit = per_list * len(shared)  # as many candidates as the per-store lists gave together
-        if vector is not None:
-            jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit)))
-        if text:
-            jobs.append((SHARED, "text", storage.search.text_search(text, where, limit)))
-    if "entity" in storage.tables and request.policy.graph_weight > 0:
-        from .graph import graph_candidates  # the entity graph's list (records linked to the query's entities)
-
-        jobs.append(("", "graph", graph_candidates(storage, request, vector, text, wheres, RowView.columns("occurred_at") if lean else None)))
-    lists = await asyncio.gather(*(query for _, _, query in jobs))
-    views: dict[tuple[str, str], RowView] = {}  # a row both queries returned is read once
-    candidates: list[Candidate] = []
-    for (name, source, _), rows in zip(jobs, lists, strict=True):
-        if source == "graph":
-            candidates.extend(rows)
-            continue
-        if name == SHARED:
-            candidates.extend(_shared_candidates(rows, source, views))
-            continue
-        candidates.extend(rank_rows(name, rows, source, _viewer(views, name, storage.type_table(name).record_type.time_field)))
+        wheres[name] = conditions.build()
     named = request.since is None and request.until is None and request.policy.time_weight
     window = parse_time_window(request.query, now) if named else None  # explicit since/until already filter
-    hits = fuse(candidates, for_language(request.policy, request.query, embedder), now, window)
-    if request.budget_tokens is not None:  # a budgeted search has its candidates' rows (speakers) at hand
-        hits = favour_speakers(hits, request.query, request.policy.speaker_weight)
+
+    async def ranked(query: str) -> list[Hit]:
+        """The fused hits of one query text (the request's, or one part of a question in parts)."""
+        text = fts_query(query)
+        vector = await embedder.embed_query(query[:MAX_QUERY_CHARS]) if embedder and query.strip() else None
+        jobs = []
+        for name in searched:
+            if name in shared:
+                continue
+            columns = RowView.columns(storage.type_table(name).record_type.time_field) if lean else None
+            if vector is not None:
+                jobs.append((name, "vector", storage.vector_search(name, vector, wheres[name], per_list, columns)))
+            if text:
+                jobs.append((name, "text", storage.text_search(name, text, wheres[name], per_list, columns)))
+        if shared:
+            where = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
+                     .tags_any(request.tags).raw(sql_in("memory_type", shared)).build())
+            limit = per_list * len(shared)  # as many candidates as the per-store lists gave together
+            if vector is not None:
+                jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit)))
+            if text:
+                jobs.append((SHARED, "text", storage.search.text_search(text, where, limit)))
+        if "entity" in storage.tables and request.policy.graph_weight > 0:
+            from .graph import graph_candidates  # the entity graph's list (records linked to the query's entities)
+
+            part = replace(request, query=query)
+            jobs.append(("", "graph", graph_candidates(storage, part, vector, text, wheres, RowView.columns("occurred_at") if lean else None)))
+        lists = await asyncio.gather(*(job for _, _, job in jobs))
+        views: dict[tuple[str, str], RowView] = {}  # a row both queries returned is read once
+        candidates: list[Candidate] = []
+        for (name, source, _), rows in zip(jobs, lists, strict=True):
+            if source == "graph":
+                candidates.extend(rows)
+            elif name == SHARED:
+                candidates.extend(_shared_candidates(rows, source, views))
+            else:
+                candidates.extend(rank_rows(name, rows, source, _viewer(views, name, storage.type_table(name).record_type.time_field)))
+        hits = fuse(candidates, for_language(request.policy, query, embedder), now, window)
+        if request.budget_tokens is not None:  # a budgeted search has its candidates' rows (speakers) at hand
+            hits = favour_speakers(hits, query, request.policy.speaker_weight)
+        return hits
+
+    parts = question_parts(request.query)
+    # a question in parts ("where did he propose, and in which city is the wedding?") is searched
+    # whole and part by part; the lists are interleaved, so each part's best hits are near the top
+    hits = interleave(await asyncio.gather(*(ranked(q) for q in [request.query, *parts]))) if parts else await ranked(request.query)
+    if request.budget_tokens is not None:
         hits = hits[: max(request.k, request.budget_tokens // PACKABLE_TOKENS)]
     # Records are built only for the hits that can be returned: those a budget can reach when
     # packing one, the first k (their rows taken now) otherwise.
@@ -160,6 +172,35 @@ async def search(
         return await with_replies(storage, request.scope, request.statuses, request.policy.neighbour_window_minutes,
                                   hits[: request.k], turns)
     return hits[: request.k]
+
+
+_PART_BREAK = re.compile(r"(?<=[?？；;，])\s*")
+MIN_PART_CHARS = 4
+"""A part shorter than this (in characters, after trimming) is not searched on its own."""
+
+
+def question_parts(query: str) -> list[str]:
+    """The parts of a question asked in several (`暑假豆豆寄养在谁家？这个人后来做了什么手术？`,
+    `李明在哪里求婚，婚礼在哪个城市办？`): split after ?, ？, ；, ; and the Chinese comma ，, each
+    part long enough to search on its own and each a question or a clause of one (a trailing
+    instruction such as "Answer yes or no." is not a part); none for a question in one part."""
+    parts = [p.strip() for p in _PART_BREAK.split(query[:MAX_QUERY_CHARS]) if p.strip()]
+    if len(parts) < 2 or any(p[-1] not in "?？；;，" for p in parts):
+        return []
+    return parts if all(len(p[:-1].strip()) >= MIN_PART_CHARS for p in parts) else []
+
+
+def interleave(lists: Sequence[list[Hit]]) -> list[Hit]:
+    """One list from several ranked ones: the first of each, then the second of each, ...; a
+    record met again keeps its first place."""
+    out: list[Hit] = []
+    seen: set[tuple[str, str]] = set()
+    for rank in range(max(map(len, lists), default=0)):
+        for hits in lists:
+            if rank < len(hits) and (key := (hits[rank].memory_type, hits[rank].id)) not in seen:
+                seen.add(key)
+                out.append(hits[rank])
+    return out
 
 
 def _shared_candidates(rows: list[dict], source: str, views: dict[tuple[str, str], RowView]) -> list[Candidate]:

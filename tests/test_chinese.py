@@ -19,7 +19,8 @@ from memos.ingest import Message
 from memos.memtypes import Episode
 from memos.paging import ExtractiveSummarizer, turn_line
 from memos.ranking import RankingPolicy
-from memos.retrieval import for_language
+from memos.replies import refers_back
+from memos.retrieval import for_language, interleave, question_parts
 from memos.search_index import SEARCH_META
 
 SCOPE = Scope("wang", "bot", "s1")
@@ -86,6 +87,44 @@ async def test_a_statement_and_the_answer_to_the_question_it_drew_come_together(
     hits = await mem.search("外滩的法餐厅", SCOPE, k=1)  # and the answer brings what it is about
     assert [h.record.summary for h in hits] == [chat[2][1], chat[0][1]]
     assert [h.record.summary for h in await mem.search("李明在哪里求婚？", SCOPE, k=1, replies=False)] == [chat[0][1]]
+
+
+def test_a_question_in_parts_is_split_and_one_in_one_part_is_not():
+    assert question_parts("暑假豆豆寄养在谁家？这个人后来做了什么手术？") == ["暑假豆豆寄养在谁家？", "这个人后来做了什么手术？"]
+    assert question_parts("李明在哪里求婚，婚礼在哪个城市办？") == ["李明在哪里求婚，", "婚礼在哪个城市办？"]
+    assert question_parts("Where did Ann move? What does she do there?") == ["Where did Ann move?", "What does she do there?"]
+    assert question_parts("李明的婚礼是哪一天？") == []
+    assert question_parts("Was May a good month for Nate? Answer yes or no.") == []  # an instruction is not a part
+    assert question_parts("好，谁？") == []  # a part too short to search alone
+    assert question_parts("What did Ann do in May, and when did she move?") == []  # an English comma does not split
+
+
+async def test_each_part_of_a_question_brings_its_own_answer(db_path: Path):
+    mem = await MemoryOS.open(db_path, embedder=None)
+    chat = [("王芳", "暑假出差的时候，豆豆寄养在我妈家，我妈也很喜欢猫。"), ("李明", "小雨开始学钢琴了，每周六上课。"),
+            ("王芳", "我妈上个月膝盖做了微创手术，恢复得不错。"), ("李明", "我们公司搬到徐汇了。"),
+            ("王芳", "豆豆寄养的那几天瘦了一点，它很挑食。"), ("李明", "豆豆在谁家都很乖，寄养也不怕。")]
+    for i, (actor, text) in enumerate(chat):
+        await mem.ingest(SCOPE, [Message(id=f"t{i}", actor=actor, text=text, timestamp=T0 + timedelta(days=i))])
+    question = "豆豆寄养在谁家？她做了什么手术？"
+    found = [h.record.source_ids[0] for h in await mem.search(question, SCOPE, k=2, replies=False)]
+    assert found == ["t5", "t2"]  # each part's best (searched whole, the surgery came third: t5, t0, t2)
+    whole = await mem.search(question, SCOPE, k=8, replies=False)
+    assert [h.id for h in interleave([whole])] == [h.id for h in whole]
+
+
+async def test_a_turn_that_opens_on_an_unnamed_person_brings_the_turn_it_refers_to(db_path: Path):
+    mem = await MemoryOS.open(db_path, embedder=None)
+    chat = [("王芳", "我们在做一个给小学生用的英语口语 app。"), ("李明", "跟小雨正好对口，可以让她当测试用户。"),
+            ("王芳", "哈哈，她已经是我们的第一个 beta tester 了。"), ("李明", "Ben adopted a dog."), ("王芳", "He loved hiking with it.")]
+    for i, (actor, text) in enumerate(chat):
+        await mem.ingest(SCOPE, [Message(id=f"t{i}", actor=actor, text=text, timestamp=T0 + timedelta(seconds=30 * i))])
+    hits = await mem.search("谁是第一个 beta tester？", SCOPE, k=1)
+    assert [h.record.summary for h in hits] == [chat[2][1], chat[1][1]] and hits[1].parts == {"refers_to": 1.0}
+    assert [h.record.summary for h in await mem.search("hiking", SCOPE, k=1)] == [chat[4][1], chat[3][1]]
+    assert [h.record.summary for h in await mem.search("小学生 英语 app", SCOPE, k=1)] == [chat[0][1]]  # a named subject: alone
+    assert [refers_back(t) for t in ("他们明天到。", "嗯，她说好。", "She did!", "Shelter is full.", "王芳说好。", "It was fun.")] == [
+        True, True, True, False, False, False]
 
 
 async def test_a_chinese_reply_is_found_by_the_words_of_the_turn_before_it(db_path: Path):
