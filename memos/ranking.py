@@ -67,6 +67,10 @@ class RankingPolicy:
     speaker_weight: float = 1.0
     """Multiplier 1 + w for the turns of a speaker the query names, in budgeted searches, when
     the hits have other speakers too (`memos.speakers`); 0 turns it off."""
+    answer_weight: float = 0.5
+    """Multiplier 1 + w, in top-k searches, for the hits whose text carries the kind of answer the
+    query asks for: a time for "when" (`什么时候`), a number for "how many / how long" (`多少`,
+    `多久`), a quoted title for a book, song or film (`memos.answer_types`); 0 turns it off."""
     budget_candidates: int = 400
     """A budgeted search fuses at least this many candidates of each list (vector, full-text):
     shallow lists leave a record found by one list but just below the other's cut-off with
@@ -196,9 +200,10 @@ class RowView:
     row: dict[str, Any]
 
     @staticmethod
-    def columns(time_field: str) -> list[str]:
-        """The columns `of` reads: all a lean search needs of a candidate."""
-        return list(dict.fromkeys(["id", "importance", time_field, "created_at"]))
+    def columns(time_field: str, with_text: bool = False) -> list[str]:
+        """The columns `of` reads: all a lean search needs of a candidate (and its indexed
+        `text`, for a query asking for a kind of answer: `memos.answer_types`)."""
+        return list(dict.fromkeys(["id", "importance", time_field, "created_at", *(["text"] if with_text else [])]))
 
     @classmethod
     def of(cls, row: dict[str, Any], time_field: str) -> RowView:

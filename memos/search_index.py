@@ -247,19 +247,20 @@ class SearchIndex:
             log.warning("the shared search table missed a write (%s); searches use each store's own queries until it "
                         "is caught up (next open, or maintenance)", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
 
-    async def vector_search(self, vector: list[float], where: str, limit: int) -> list[dict[str, Any]]:
-        """The `limit` nearest rows in `where` (cosine), best first, lean (`RANKED`) with `_distance`."""
-        return await self._ranked(self.table.query().nearest_to(vector).distance_type("cosine"), "_distance", where, limit)
+    async def vector_search(self, vector: list[float], where: str, limit: int, *, with_text: bool = False) -> list[dict[str, Any]]:
+        """The `limit` nearest rows in `where` (cosine), best first, lean (`RANKED`, and the
+        indexed `text` if `with_text`) with `_distance`."""
+        return await self._ranked(self.table.query().nearest_to(vector).distance_type("cosine"), "_distance", where, limit, with_text)
 
-    async def text_search(self, text: str, where: str, limit: int) -> list[dict[str, Any]]:
+    async def text_search(self, text: str, where: str, limit: int, *, with_text: bool = False) -> list[dict[str, Any]]:
         """The `limit` best BM25 matches of `text` in `where`, best first, lean with `_score`."""
-        return await self._ranked(self.table.query().nearest_to_text(text, columns="text"), "_score", where, limit)
+        return await self._ranked(self.table.query().nearest_to_text(text, columns="text"), "_score", where, limit, with_text)
 
-    async def _ranked(self, query: Any, score: str, where: str, limit: int) -> list[dict[str, Any]]:
+    async def _ranked(self, query: Any, score: str, where: str, limit: int, with_text: bool) -> list[dict[str, Any]]:
         from .storage import arrow_rows
 
         table = self.table
-        query = query.select([*RANKED, score]).limit(limit).where(where)
+        query = query.select([*RANKED, *(["text"] if with_text else []), score]).limit(limit).where(where)
         return arrow_rows(await self.storage.read(table, query.to_arrow))
 
     async def rebuild_text_index(self) -> None:

@@ -19,7 +19,7 @@ import calendar
 import re
 from datetime import UTC, datetime, timedelta
 
-from .temporal_zh import parse_zh
+from .temporal_zh import parse_zh, zh_sources
 from .time_windows import (
     ANCHOR_REACH,
     DAY_SLACK,
@@ -30,7 +30,7 @@ from .time_windows import (
     relative_window,
 )
 
-__all__ = ["TimeWindow", "ago_window", "day_window", "month_window", "parse_time_window", "relative_window"]
+__all__ = ["TimeWindow", "ago_window", "day_window", "mentions_time", "month_window", "parse_time_window", "relative_window"]
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS |= {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
@@ -73,6 +73,33 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("month", _pattern(rf"(?:in|during|since|by|of|early|late|mid)[\s-]+{_MONTH}")),
     ("year", _pattern(rf"(?:in|during|since|by|of)\s+{_YEAR}")),
 ]
+
+
+def mentions_time(text: str) -> bool:
+    """Whether `text` names a time `parse_time_window` can read (a date, a month, "yesterday",
+    "last week", "three days ago", `昨天`, `上个月`, ...; "before" / "after" alone do not count).
+    It runs on every candidate of a search that asks "when" (`memos.answer_types`), so all the
+    patterns are searched at once, on the lower-cased text (a case-blind search of them one by
+    one took ~76 us a LOCOMO turn here, this one ~14), after one cheap search for a word every
+    time expression holds."""
+    global _ANY_TIME
+    if not _TIME_WORD.search(text):
+        return False
+    if _ANY_TIME is None:
+        english = [_GROUP.sub("(?:", p.pattern).replace(r"(?<![\w-])", r"\b").replace(r"(?![\w-])", r"\b")
+                   for name, p in _PATTERNS if name != "anchored"]
+        chinese = [_GROUP.sub("(?:", source) for source in zh_sources()]
+        _ANY_TIME = re.compile("|".join(f"(?:{source})" for source in english + chinese))
+    return _ANY_TIME.search(text[:2000].lower()) is not None
+
+
+_ANY_TIME: re.Pattern[str] | None = None
+_GROUP = re.compile(r"\(\?P<\w+>")
+_TIME_WORD = re.compile(
+    r"\d|\b(?:yesterday|today|tonight|ago|weeks?|weekends?|months?|years?|spring|summer|autumn|fall|winter"
+    r"|jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april|june|july|august|september"
+    r"|october|november|december)\b|[年月日号號天周期拜春节庆]|五一", re.IGNORECASE)
+"""A word every time expression `mentions_time` finds holds (a digit, a month, a unit, ...)."""
 
 
 def parse_time_window(query: str, now: datetime) -> TimeWindow | None:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from .time_windows import ANCHOR_REACH, DAY_SLACK, ago_window, day_window, month_window, relative_window
 
-__all__ = ["LUNAR_NEW_YEAR", "parse_zh"]
+__all__ = ["LUNAR_NEW_YEAR", "parse_zh", "zh_sources"]
 
 LUNAR_NEW_YEAR = {
     2015: (2, 19), 2016: (2, 8), 2017: (1, 28), 2018: (2, 16), 2019: (2, 5), 2020: (1, 25), 2021: (2, 12),
@@ -55,6 +55,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(p)) for name, 
     ("month", rf"(?<![0-9〇零一二两三四五六七八九十年个几])({_MONTH})(?![0-9〇零一二两三四五六七八九十]*[日号號])"),
     ("year", rf"{_YEAR}"),
 ]]
+
+
+def zh_sources() -> list[str]:
+    """The sources of the patterns `parse_zh` reads (`memos.temporal.mentions_time` joins them)."""
+    return [pattern.pattern for _, pattern in _PATTERNS]
 
 
 def parse_zh(query: str, now: datetime) -> tuple[datetime, datetime, str] | None:

@@ -87,9 +87,9 @@ async def test_a_budgeted_search_fuses_deep_candidate_lists(mem, monkeypatch):
         monkeypatch.setattr(mem.storage, name, spy)
         shared = getattr(mem.storage.search, name)  # the stores the shared search table holds (one here)
 
-        async def shared_spy(query, where, limit, real=shared):
+        async def shared_spy(query, where, limit, real=shared, **options):
             asked.append(limit)
-            return await real(query, where, limit)
+            return await real(query, where, limit, **options)
 
         monkeypatch.setattr(mem.storage.search, name, shared_spy)
     await mem.search("hobbies", scope, budget_tokens=500)
