@@ -24,7 +24,7 @@ from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
 from .scope import Scope, Where, sql_in, valid_at
-from .search_index import EVENT_TIME
+from .search_index import EVENT_TIME, RECORD
 from .speakers import favour_speakers
 from .storage import Storage
 from .temporal import parse_time_window
@@ -80,9 +80,10 @@ async def search(
     per_list = max(2 * request.k, 20, (request.budget_tokens or 0) // 15)  # enough candidates to fill the budget
     if request.budget_tokens is not None:  # and deep enough lists to fuse well (README, entity graph)
         per_list = max(per_list, request.policy.budget_candidates)
-    # A top-k search reads only what ranking needs and takes the k winners' rows afterwards
-    # (reading every column of every candidate was a third of a query's time); packing a budget
-    # may reach far down the list, so a budgeted search reads candidates whole.
+    # A top-k search reads only what ranking needs and builds the k winners afterwards: from the
+    # record each shared-table row carries, or from their own store's rows read by id (reading
+    # every column of every candidate was a third of a query's time); packing a budget may reach
+    # far down the list, so a budgeted search reads candidates whole.
     lean = request.budget_tokens is None
     parts = question_parts(request.query)
     # a lean read takes a candidate's text too when the question asks for a kind of answer (a
@@ -92,11 +93,12 @@ async def search(
     known = {name: storage.known_rows(name) for name in request.types}  # no read for a table already seen
     unknown = [name for name, has in known.items() if has is None]
     known |= dict(zip(unknown, await asyncio.gather(*(storage.has_rows(name) for name in unknown)), strict=True))
-    # In a top-k search the stores the shared search table mirrors are searched there: one vector
-    # and one full-text query for all of them (memos.search_index); the others with their own
-    # queries. A budgeted search keeps its per-store lists: through the shared table it had to
-    # read the head of its fused list by id afterwards (up to budget / 8 rows), which cost more
-    # than the queries it saved (README, issue 18, third round).
+    # In a top-k search the stores the shared search table mirrors (every store searched by
+    # default, the vault without its secrets) are searched there: one vector and one full-text
+    # query for all of them, whose rows carry the records (memos.search_index); the others with
+    # their own queries. A budgeted search keeps its per-store lists: through the shared table
+    # it had to read the head of its fused list by id afterwards (up to budget / 8 rows), which
+    # cost more than the queries it saved (README, issue 18, third round).
     shared = [n for n in request.types if known[n] and lean and storage.search.usable and storage.search.covers(n)
               and not (request.until is not None and getattr(storage.type_table(n).record_type, "bitemporal", False))]
     known |= {name: False for name in request.empty if name in known and name not in shared}
@@ -243,8 +245,12 @@ def for_language(policy: RankingPolicy, query: str, embedder: TextEmbedder | Non
 
 
 async def _taken(storage: Storage, hits: list[Hit], wheres: dict[str, str | None]) -> list[Hit]:
-    """The hits with their full rows read (one read per store, concurrently); a hit whose
-    record was deleted since the search is dropped."""
+    """The hits with their full rows: a hit of the shared search table from the record its row
+    carries (`memos.search_index.RECORD`, no read), any other read from its own store (one read
+    per store, concurrently); a hit whose record was deleted since the search is dropped."""
+    for hit in hits:
+        if _lean(hit) and hit.record.row.get(RECORD) is not None:
+            hit.record.row = storage.search.typed_row(hit.memory_type, hit.record.row[RECORD])
     stores = list(dict.fromkeys(hit.memory_type for hit in hits if _lean(hit)))
     taken = await asyncio.gather(*(
         storage.take(name, [hit.record.row for hit in hits if hit.memory_type == name and _lean(hit)], wheres[name])

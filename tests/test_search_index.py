@@ -1,5 +1,6 @@
-"""The shared search table (`memos.search_index`): mirrored on every write, repaired after a
-crash, rebuilt when missing, never holding the vault, and never a way across scopes."""
+"""The shared search table (`memos.search_index`): mirrored on every write (each record whole,
+so a search needs no second read), repaired after a crash, rebuilt when missing, never holding
+a secret, and never a way across scopes."""
 
 from __future__ import annotations
 
@@ -10,28 +11,35 @@ from memos import MemoryOS, Scope
 from memos.bench.scale import HashedTokens
 from memos.memtypes import Episode, Fact, Procedure, VaultItem
 from memos.portability import export_scope, forget_user, import_lines
-from memos.search_index import SEARCH_META
+from memos.search_index import RECORD, SEARCH_META, ranked_row
 
 
 async def shared_rows(mem: MemoryOS) -> dict[tuple[str, str], dict]:
-    rows = await mem.storage.search.table.query().select(["memory_type", "id", "user_id", "status", "updated_at", "text"]).to_list()
+    rows = await mem.storage.search.table.query().select(["memory_type", "id", "user_id", "status", "updated_at", "text",
+                                                           RECORD]).to_list()
     return {(r["memory_type"], r["id"]): r for r in rows}
 
 
 async def typed_rows(mem: MemoryOS) -> dict[tuple[str, str], dict]:
     out = {}
     for name in mem.storage.search.types:
-        for r in await mem.storage.rows(name, None, columns=["id", "user_id", "status", "updated_at", "text"]):
+        for r in await mem.storage.rows(name, None, columns=mem.storage.type_table(name).result_columns):
             out[(name, r["id"])] = r
     return out
 
 
 async def assert_mirrored(mem: MemoryOS) -> None:
+    """Every record of the mirrored stores is in the shared table as it is in its own: its
+    filter columns, its text and the whole record a search returns (secret fields blank)."""
     shared, typed = await shared_rows(mem), await typed_rows(mem)
     assert set(shared) == set(typed)
     for key, row in typed.items():
         assert {k: shared[key][k] for k in ("user_id", "status", "updated_at", "text")} == \
             {k: row[k] for k in ("user_id", "status", "updated_at", "text")}, key
+        secret = mem.storage.type_table(key[0]).record_type.secret_fields
+        ranked = ranked_row(shared[key][RECORD])
+        assert (ranked["memory_type"], ranked["id"], ranked["importance"]) == (*key, row["importance"])
+        assert mem.storage.search.typed_row(key[0], ranked[RECORD]) == {k: "" if k in secret else v for k, v in row.items()}, key
 
 
 def counting(mem: MemoryOS) -> list[str]:
@@ -52,15 +60,16 @@ def counting(mem: MemoryOS) -> list[str]:
     return calls
 
 
-async def test_every_write_path_is_mirrored_and_the_vault_never_enters(mem, alice, bob):
-    assert set(mem.storage.search.types) == {"episodic", "semantic", "procedural", "resource", "relation"}  # not vault, core, entity
+async def test_every_write_path_is_mirrored_and_no_secret_enters(mem, alice, bob):
+    assert set(mem.storage.search.types) == {"episodic", "semantic", "procedural", "resource", "relation", "vault"}  # not core, entity
     one = await mem.add(alice, Fact(subject="alice", summary="alice keeps bees on the roof"))
     batch = await mem.add(alice, [Episode(summary=f"turn {i} about the orchard") for i in range(5)]
                           + [Procedure(summary="repot a fern", steps=["water", "lift", "replant"])])
     await mem.add(bob, Fact(subject="bob", summary="bob keeps bees too"))
-    await mem.add(alice, VaultItem(caption="alice's door code", secret="9137-vault-secret"))
+    door, = await mem.add(alice, VaultItem(caption="alice's door code", secret="9137-vault-secret"))
     await assert_mirrored(mem)
     await mem.update(alice, "semantic", one[0].id, {"summary": "alice keeps three hives on the roof"})
+    await mem.update(alice, "vault", door.id, {"secret": "2468-vault-secret", "sensitivity": "medium"})
     await mem.archive(alice, "episodic", batch[0].id)
     await mem.delete(alice, "episodic", batch[1].id)
     await assert_mirrored(mem)
@@ -68,13 +77,21 @@ async def test_every_write_path_is_mirrored_and_the_vault_never_enters(mem, alic
     assert shared[("semantic", one[0].id)]["text"].count("three hives") == 1
     assert shared[("episodic", batch[0].id)]["status"] == "archived"
     assert ("episodic", batch[1].id) not in shared
-    assert not any(r["memory_type"] == "vault" or "door code" in r["text"] for r in shared.values())
+    assert "door code" in shared[("vault", door.id)]["text"] and "secret" not in shared[("vault", door.id)][RECORD]
+    ciphertext = (await mem.stored(alice, "vault", door.id)).secret
+    files = [p for p in Path(mem.storage.uri).glob("_search*/**/*") if p.is_file()]
+    assert not any(b"vault-secret" in p.read_bytes() or ciphertext.encode() in p.read_bytes() for p in files)
+    calls = counting(mem)
+    hits = await mem.search("door code", alice, k=3)
+    assert calls == ["vector", "text"] and hits[0].id == door.id and hits[0].record.secret == ""
+    assert hits[0].record.sensitivity == "medium"
 
     await forget_user(mem, "alice")
     await assert_mirrored(mem)
     assert {r["user_id"] for r in (await shared_rows(mem)).values()} == {"bob"}
     files = [p for p in Path(mem.storage.uri).glob("_search*/**/*") if p.is_file()]
-    assert files and not any(b"bees on the roof" in p.read_bytes() or b"three hives" in p.read_bytes() for p in files)
+    assert files and not any(b"bees on the roof" in p.read_bytes() or b"three hives" in p.read_bytes()
+                             or b"door code" in p.read_bytes() for p in files)
 
 
 async def test_a_search_makes_one_vector_and_one_text_query_and_never_crosses_scopes(mem, alice, bob):
@@ -84,10 +101,26 @@ async def test_a_search_makes_one_vector_and_one_text_query_and_never_crosses_sc
                         Episode(summary="bob said the blue kettle whistles"),
                         Procedure(summary="descale the blue kettle", steps=["vinegar", "boil"])])
     calls = counting(mem)
+    reads: list[str] = []
+    take, rows = mem.storage.take, mem.storage.rows
+
+    async def counted_take(*args, **kwargs):
+        reads.append("take")
+        return await take(*args, **kwargs)
+
+    async def counted_rows(*args, **kwargs):
+        reads.append("rows")
+        return await rows(*args, **kwargs)
+
+    mem.storage.take, mem.storage.rows = counted_take, counted_rows
     for scope, other in ((alice, "bob"), (bob, "alice")):
         hits = await mem.search("blue kettle", scope, k=10)
         assert hits and all(h.record.user_id == scope.user_id for h in hits)
         assert not any(other in h.record.user_id for h in hits)
+        assert reads == []  # the winners come whole from the shared table's rows: no read by id
+        for hit in hits:  # ... and are the records their own stores hold
+            assert [hit.record] == await mem.get_many(scope, hit.memory_type, [hit.id])
+        reads.clear()
     assert calls == ["vector", "text", "vector", "text"]
     narrow = await mem.search("blue kettle", Scope("alice", "nobody"), k=10)  # agent and session are filters too
     assert narrow == []

@@ -17,6 +17,7 @@ Figures for the turn below (a store with records in every store, no tool call, n
 | retrieval skips its emptiness checks for tables already seen (six stores) | 23 | 10 |
 | the same, with the entity graph's two stores | 24 | 10 |
 | one shared search table for the stores but the vault (`memos.search_index`; six stores) | 20 | 10 |
+| the shared table carries each record whole, and the vault's captions: no read by id, no vault query | 13 | 9 |
 
 What changed last: a step begins with one `versions` call (every table's latest version,
 `Storage.versions`); what was read before and has not changed since is not read again
@@ -27,6 +28,8 @@ the turn just recorded does not make the compile read again. The compile plans t
 context once (`memos.context_window.plan_step`) and renders once. Left: two version checks,
 two appends and two history rows, two state writes, and retrieval's own calls (five vector +
 five full-text searches, five winner reads, the entity graph's emptiness check; `memos.retrieval`).
+Since then a top-k search of the default stores is the shared table's two queries alone: its rows
+carry each record whole (no read of the winners by id) and the vault's captions (no vault query).
 Retrieval asks storage only about tables whose emptiness it does not know yet
 (`Storage.known_rows`: a table once seen with rows, or seen empty within `READ_CONSISTENCY`).
 """
@@ -43,8 +46,8 @@ from memos import Scope
 from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 from memos.storage import Storage
 
-CALLS_AT_MOST = 24
-ROUND_TRIPS_AT_MOST = 10
+CALLS_AT_MOST = 13
+ROUND_TRIPS_AT_MOST = 9
 
 
 class StorageCounter:
