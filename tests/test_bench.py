@@ -65,3 +65,25 @@ async def test_bulk_build_keeps_every_record_and_drops_old_versions_between_batc
 def test_bench_scale_rejects_an_unknown_query_embedder():
     bad = runner.invoke(app, ["bench", "scale", "--records", "100", "--embedder", "hashed", "--query-embedder", "bert"])
     assert bad.exit_code == 2 and "hashed" in bad.output
+
+
+def test_locomo_evidence_listing_two_turns_in_one_string_is_split(tmp_path):
+    from memos.bench.locomo import load_locomo
+
+    sample = {
+        "sample_id": "conv-x",
+        "conversation": {
+            "speaker_a": "Ana", "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [{"speaker": "Ana", "dia_id": "D1:1", "text": "I painted a lake."},
+                          {"speaker": "Ben", "dia_id": "D1:2", "text": "Nice!"},
+                          {"speaker": "Ana", "dia_id": "D1:3", "text": "And a sunset."}],
+        },
+        "qa": [{"question": "What did Ana paint?", "answer": "a lake and a sunset", "evidence": ["D1:1; D1:3"], "category": 1},
+               {"question": "Who said nice?", "answer": "Ben", "evidence": ["D1:2"], "category": 4}],
+    }
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]))
+    [conv] = load_locomo(path)
+    assert [q.evidence for q in conv.questions] == [("D1:1", "D1:3"), ("D1:2",)]
+    assert {m.id for m in conv.messages} >= {"D1:1", "D1:3"}  # every evidence id names a turn

@@ -70,6 +70,12 @@ def _messages(conv: dict[str, Any]) -> list[Message]:
     return out
 
 
+def _evidence(items: list[str]) -> tuple[str, ...]:
+    """A question's evidence dia_ids. The released files sometimes list two turns in one string
+    (`"D8:6; D9:17"` in conv-26), which no turn's id equals: it is split into its ids."""
+    return tuple(part for item in items for part in re.split(r"[;,\s]+", item) if part)
+
+
 def load_locomo(path: str | Path, categories: tuple[int, ...] = RETRIEVAL_CATEGORIES) -> list[Conversation]:
     """Conversations and their questions of the chosen categories from a LOCOMO json file."""
     data = json.loads(Path(path).read_text())
@@ -78,7 +84,7 @@ def load_locomo(path: str | Path, categories: tuple[int, ...] = RETRIEVAL_CATEGO
             sample_id=sample["sample_id"],
             messages=_messages(sample["conversation"]),
             questions=[
-                Question(q["question"], tuple(q.get("evidence", [])), int(q["category"]))
+                Question(q["question"], _evidence(q.get("evidence", [])), int(q["category"]))
                 for q in sample["qa"]
                 if int(q["category"]) in categories and q.get("evidence")
             ],
