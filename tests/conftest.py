@@ -94,3 +94,15 @@ async def table_snapshot(memory: MemoryOS) -> dict[str, list]:
 def snapshot():
     """`await snapshot(mem)`: the whole store's content, for before/after comparisons."""
     return table_snapshot
+
+
+@pytest.fixture
+def dialogue():
+    """`await dialogue(mem, scope, [(speaker, text), ...])`: one session's turns stored as
+    D1:1, D1:2, ... 30 s apart (the ids LOCOMO gives its turns)."""
+    start = datetime(2024, 7, 3, 18, 0, tzinfo=UTC)
+
+    async def ingest(mem: MemoryOS, scope: Scope, turns: list[tuple[str, str]]) -> None:
+        await mem.ingest(scope, [{"speaker": who, "text": text, "id": f"D1:{i + 1}", "timestamp": start + timedelta(seconds=30 * i)}
+                                 for i, (who, text) in enumerate(turns)])
+    return ingest

@@ -3,7 +3,7 @@ the hits that carry one in a top-k search, in English and Chinese."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
@@ -75,20 +75,14 @@ TURNS = [
 ]
 
 
-async def ingest(mem, scope):
-    start = datetime(2024, 7, 3, 18, 0, tzinfo=UTC)
-    await mem.ingest(scope, [{"speaker": who, "text": text, "id": f"D1:{i + 1}", "timestamp": start + timedelta(seconds=30 * i)}
-                             for i, (who, text) in enumerate(TURNS)])
-
-
 @pytest.mark.parametrize(("question", "answer", "beaten_by"), [
     ("What book is Ana reading?", "D1:3", "D1:1"),
     ("When did Ana go climbing?", "D1:5", "D1:4"),
     ("Ana推荐了什么书？", "D1:7", "D1:6"),
 ])
-async def test_a_top_k_search_favours_the_hit_that_carries_the_answer_asked_for(mem, question, answer, beaten_by):
+async def test_a_top_k_search_favours_the_hit_that_carries_the_answer_asked_for(mem, dialogue, question, answer, beaten_by):
     scope = Scope("u")
-    await ingest(mem, scope)
+    await dialogue(mem, scope, TURNS)
     mem.ranking = RankingPolicy(answer_weight=0.0)
     plain = [h.source_ids[0] for h in await mem.search(question, scope, k=7, replies=False)]
     assert plain.index(beaten_by) < plain.index(answer), plain  # without answer kinds the other ranks first
@@ -106,9 +100,9 @@ async def test_a_top_k_search_favours_the_hit_that_carries_the_answer_asked_for(
     assert budgeted[0] == budgeted[1]
 
 
-async def test_a_question_asking_for_no_kind_keeps_the_fused_order(mem):
+async def test_a_question_asking_for_no_kind_keeps_the_fused_order(mem, dialogue):
     scope = Scope("u")
-    await ingest(mem, scope)
+    await dialogue(mem, scope, TURNS)
     orders = []
     for weight in (0.0, 0.5):
         mem.ranking = RankingPolicy(answer_weight=weight)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 from memos import Scope
 from memos.ranking import RankingPolicy
 from memos.speakers import named_speakers
@@ -18,12 +16,6 @@ TURNS = [
 ]
 
 
-async def ingest(mem, scope):
-    start = datetime(2024, 7, 3, 18, 0, tzinfo=UTC)
-    await mem.ingest(scope, [{"speaker": who, "text": text, "id": f"D1:{i + 1}", "timestamp": start + timedelta(seconds=30 * i)}
-                             for i, (who, text) in enumerate(TURNS)])
-
-
 def test_a_speaker_is_named_by_the_first_word_of_their_name_as_written():
     speakers = {"Caroline", "Will Smith", "user", "王芳", "李明"}
     assert named_speakers("What is Caroline's identity?", speakers) == {"Caroline"}
@@ -36,9 +28,9 @@ def test_a_speaker_is_named_by_the_first_word_of_their_name_as_written():
     assert named_speakers("Who likes hiking?", speakers) == set()
 
 
-async def test_a_budgeted_search_favours_the_turns_of_the_speaker_the_query_names(mem):
+async def test_a_budgeted_search_favours_the_turns_of_the_speaker_the_query_names(mem, dialogue):
     scope = Scope("u")
-    await ingest(mem, scope)
+    await dialogue(mem, scope, TURNS)
     query = "What hobbies does Ana have?"
     mem.ranking = RankingPolicy(speaker_weight=0.0, neighbours=0)
     plain = [h.source_ids[0] for h in await mem.search(query, scope, budget_tokens=2000)]
@@ -52,9 +44,9 @@ async def test_a_budgeted_search_favours_the_turns_of_the_speaker_the_query_name
     assert not any("named_speaker" in h.parts for h in hits if h.record.actor == "Ben")
 
 
-async def test_a_query_naming_every_speaker_or_none_keeps_the_fused_order(mem):
+async def test_a_query_naming_every_speaker_or_none_keeps_the_fused_order(mem, dialogue):
     scope = Scope("u")
-    await ingest(mem, scope)
+    await dialogue(mem, scope, TURNS)
     for query in ("Which hobbies do Ana and Ben share?", "Which hobbies came up?"):
         orders = []
         for weight in (0.0, 1.0):
@@ -63,9 +55,9 @@ async def test_a_query_naming_every_speaker_or_none_keeps_the_fused_order(mem):
         assert orders[0] == orders[1]
 
 
-async def test_a_top_k_search_is_ranked_as_before(mem):
+async def test_a_top_k_search_is_ranked_as_before(mem, dialogue):
     scope = Scope("u")
-    await ingest(mem, scope)
+    await dialogue(mem, scope, TURNS)
     found = []
     for weight in (0.0, 1.0):
         mem.ranking = RankingPolicy(speaker_weight=weight)
@@ -73,9 +65,9 @@ async def test_a_top_k_search_is_ranked_as_before(mem):
     assert found[0] == found[1]
 
 
-async def test_a_budgeted_search_fuses_deep_candidate_lists(mem, monkeypatch):
+async def test_a_budgeted_search_fuses_deep_candidate_lists(mem, dialogue, monkeypatch):
     scope = Scope("u")
-    await ingest(mem, scope)
+    await dialogue(mem, scope, TURNS)
     asked = []
     for name in ("vector_search", "text_search"):
         real = getattr(mem.storage, name)
@@ -103,9 +95,9 @@ async def test_a_budgeted_search_fuses_deep_candidate_lists(mem, monkeypatch):
     assert asked and max(asked) == 500 // 15
 
 
-async def test_a_500_token_search_brings_the_reply_to_its_best_turn(mem):
+async def test_a_500_token_search_brings_the_reply_to_its_best_turn(mem, dialogue):
     scope = Scope("u")
-    await ingest(mem, scope)
+    await dialogue(mem, scope, TURNS)
     hits = await mem.search("Do you paint often?", scope, budget_tokens=500)
     ids = [s for h in hits for s in h.source_ids]
     assert ids[0] == "D1:4" and "D1:5" in ids[:3]  # the answer Ana gave comes along
