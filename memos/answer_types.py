@@ -5,8 +5,9 @@ and `婚礼是哪一天？` want a time, "What book did Melanie read?" and `李�
 The record that answers holds one ("I went to a support group yesterday", `推荐你看...《流浪地球》`),
 and most records around it do not: on the LOCOMO dev file 80% of the evidence turns of a
 "when" question name a time, against 12% of all turns; a quarter of the evidence turns of a
-question about a book, song or film quote a title, against 1% of all turns (Chinese set: 71%
-against 15%, and 3 of 3 against 4%). So the hits that carry the kind of answer asked for rise
+question about a book, song or film quote a title, against 1% of all turns; 40% of those of a
+"how many / how long" question hold a number, against 7% (Chinese set: 71% against 15%, 3 of 3
+against 4%, 88% against 41%). So the hits that carry the kind of answer asked for rise
 by a multiplier, as the turns of a named speaker do (`memos.speakers`): a boost, never a
 filter, and a question that asks for no particular kind is ranked as before.
 
@@ -16,7 +17,7 @@ Pure: `favour_answers` takes fused hits and returns them re-ordered.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 from .fulltext import MARK
@@ -32,7 +33,7 @@ _ASKS_TIME = re.compile(
     r"|什么时候|啥时候|哪天|哪一天|哪年|哪一年|哪个月|几月|几号|何时|多久以前|多久之前",
     re.IGNORECASE)
 _ASKS_TITLE = re.compile(
-    r"\b(?:books?|novels?|songs?|movies?|films?|shows?|series|albums?|games?|podcasts?|poems?|plays?)\b"
+    r"\b(?:books?|novels?|songs?|movies?|films?|tv\s+shows?|series|albums?|games?|podcasts?|poems?)\b"
     r"|书|歌|电影|剧|小说|游戏|专辑|节目|纪录片|动画",
     re.IGNORECASE)
 _ASKS_QUANTITY = re.compile(
