@@ -111,16 +111,19 @@ class Hit:
         return list(self.record.source_ids)
 
 
-def fuse(candidates: Sequence[Candidate], policy: RankingPolicy, now: datetime, window: TimeWindow | None = None) -> list[Hit]:
+def fuse(candidates: Sequence[Candidate], policy: RankingPolicy, now: datetime, window: TimeWindow | None = None,
+         depth: int | None = None) -> list[Hit]:
     """Merge candidates by record, score them and return hits best-first (ties by record id).
 
     Records whose time falls in `window` (the time the query names) are boosted.
 
     Each list's scores are scaled to 0-1 before they are weighed: vector similarities over all
     vector candidates (cosine is comparable across stores), BM25 scores per store (its term
-    statistics are not)."""
+    statistics are not). With `depth`, the scale is set by each store's best `depth` candidates
+    of a list, as a per-store query that deep would have read them, however many were read (see
+    `_scaled`)."""
     merged: dict[tuple[str, str], Hit] = {}
-    scaled = _scaled(candidates, policy.vector_min_spread)
+    scaled = _scaled(candidates, policy.vector_min_spread, depth)
     for cand, value in zip(candidates, scaled, strict=True):
         key = (cand.memory_type, cand.record.id)
         hit = merged.get(key)
@@ -148,12 +151,22 @@ def fuse(candidates: Sequence[Candidate], policy: RankingPolicy, now: datetime, 
     return sorted(merged.values(), key=_order)
 
 
-def _scaled(candidates: Sequence[Candidate], vector_min_spread: float = 0.0) -> list[float]:
+def _scaled(candidates: Sequence[Candidate], vector_min_spread: float = 0.0, depth: int | None = None) -> list[float]:
     """Each candidate's score min-max scaled within its list (all vector candidates form one
     list, whose range is at least `vector_min_spread`; text candidates one list per store). A
-    list whose scores are all equal scales to 1."""
+    list whose scores are all equal scales to 1.
+
+    With `depth`, the bounds come from the candidates ranked within the first `depth` of their
+    own store (`Candidate.rank`), and one ranked lower scales to 0 at most. Min-max scaling
+    depends on how deep a list was read: the shared search table's query reads `depth` rows for
+    every store with records in the scope, so one vault item in a scope made its turns' lists
+    twice as deep and re-ranked them (the demo's "What restaurant did Noor find for her
+    sister?" lost its answer); the bounds are now those of per-store lists `depth` deep, as
+    before the vault was mirrored."""
     bounds: dict[tuple[str, str], tuple[float, float]] = {}
     for cand in candidates:
+        if depth is not None and cand.rank >= depth:
+            continue
         lo, hi = bounds.get(_list_of(cand), (math.inf, -math.inf))
         bounds[_list_of(cand)] = (min(lo, cand.score), max(hi, cand.score))
     if _VECTORS in bounds:
@@ -161,8 +174,8 @@ def _scaled(candidates: Sequence[Candidate], vector_min_spread: float = 0.0) -> 
         bounds[_VECTORS] = (min(lo, hi - vector_min_spread), hi)
     out = []
     for cand in candidates:
-        lo, hi = bounds[_list_of(cand)]
-        out.append((cand.score - lo) / (hi - lo) if hi > lo else 1.0)
+        lo, hi = bounds.get(_list_of(cand), (cand.score, cand.score))
+        out.append(max(0.0, (cand.score - lo) / (hi - lo)) if hi > lo else 1.0)
     return out
 
 

@@ -153,7 +153,7 @@ async def search(
                 candidates.extend(_shared_candidates(rows, source, views))
             else:
                 candidates.extend(rank_rows(name, rows, source, _viewer(views, name, storage.type_table(name).record_type.time_field)))
-        hits = fuse(candidates, for_language(request.policy, query, embedder), now, window)
+        hits = fuse(candidates, for_language(request.policy, query, embedder), now, window, depth=per_list)
         if request.budget_tokens is not None:  # a budgeted search has its candidates' rows (speakers) at hand
             return favour_speakers(hits, query, request.policy.speaker_weight)
         # a top-k search favours the hits that carry the kind of answer asked for (a budgeted one

@@ -75,3 +75,19 @@ def test_a_small_cosine_gap_is_not_stretched_to_the_full_range():
     assert abs(hits[0].parts["fused"] - (0.5 * 0.9 + 0.5)) < 1e-9
     stretched = fuse(vector + text, RankingPolicy(vector_min_spread=0.0), NOW)
     assert stretched[0].score == stretched[1].score  # a plain min-max would call it a tie
+
+
+def test_a_list_read_deeper_keeps_its_scale_when_fused_with_the_depth_it_stands_for():
+    # The shared search table reads `depth` rows for every store with records in the scope, so
+    # one more such store (a vault item) deepens the turns' list. Min-max scaling over the deeper
+    # list moved b above a; with `depth` the bounds are those of the first `depth` rows.
+    a, b, c = ep("a"), ep("b"), ep("c")
+    deep = [ep(f"z{i}") for i in range(6)]
+    vector = [(c, 0.70), (a, 0.66), (b, 0.60)]
+    text = [(a, 7.5), (b, 9.0), (c, 1.0)]
+    shallow = fuse(cands("vector", vector) + cands("text", text), RankingPolicy(), NOW, depth=3)
+    read_deeper = cands("vector", vector + [(z, 0.30 - 0.01 * i) for i, z in enumerate(deep)]) + cands("text", text)
+    assert [h.id for h in fuse(read_deeper, RankingPolicy(), NOW)][:3] == ["b", "a", "c"]  # what the deeper read did
+    kept = fuse(read_deeper, RankingPolicy(), NOW, depth=3)
+    assert [h.id for h in kept][:3] == [h.id for h in shallow] == ["a", "b", "c"]
+    assert all(h.parts["fused"] == 0.0 for h in kept if h.id.startswith("z"))  # below the first 3: nothing from the list
