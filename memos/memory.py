@@ -616,16 +616,28 @@ class MemoryOS:
         """Store conversation turns as episodic records (raw mode: no model), batched.
 
         Each turn is also found by the words of the turn before it (`previous` for the first)."""
-        check.check_scope(scope)
         validate_value(actor, "actor")
+        return await self.store_turns(scope, self.turn_episodes(scope, messages, previous=previous), actor=actor)
+
+    def turn_episodes(self, scope: Scope, messages: Iterable[Message | dict[str, Any]], *,
+                      previous: Episode | None = None) -> list[Episode]:
+        """The episodes `ingest` stores for `messages` (checked, stamped with the scope and now,
+        their ids assigned), stored by `store_turns`; nothing is written here. A session knows its
+        turn's id before the turn is stored, so it saves its state beside the turn's own commits."""
+        check.check_scope(scope)
         if isinstance(messages, str | bytes | dict) or not isinstance(messages, Iterable):
             raise InvalidRecordError(f"messages must be a list of messages (dicts or Message), got {type(messages).__name__}")
         if previous is not None and not isinstance(previous, Episode):
             raise InvalidRecordError(f"previous must be an Episode or None, got {type(previous).__name__}")
         try:
-            episodes = episodes_from_messages(messages, scope, self.clock(), previous=previous)
+            return episodes_from_messages(messages, scope, self.clock(), previous=previous)
         except ValidationError as exc:
             raise InvalidRecordError(f"a message cannot be stored as an episode: {check.describe_errors(exc)}") from None
+
+    async def store_turns(self, scope: Scope, episodes: Sequence[Episode], *, actor: str = "ingest") -> list[Episode]:
+        """Store the episodes `turn_episodes` built (batched; in raw mode linked to the entities
+        they name, when `entity_links` is on); returns them."""
+        episodes = list(episodes)
         for start in range(0, len(episodes), 512):
             await self.add(scope, episodes[start : start + 512], actor=actor)
             if self.entity_links and "entity" in self.types:  # raw-mode entity links (memos.graph)

@@ -140,10 +140,19 @@ class MemorySession:
         # before since, a job may have changed one; the compile that follows uses this check
         await self._read_step()
         previous = self.context[-1] if self.context else None
-        [episode] = await self.memory.ingest(self.scope, [message], actor=role, previous=previous)
+        [episode] = self.memory.turn_episodes(self.scope, [message], previous=previous)
+        # the state naming the turn is written beside the turn's own commits, not after them (one
+        # commit's wait less a turn); a state saved for a turn whose commit then failed names an
+        # id that is not stored, which loading the state skips
         self.context.append(episode)
+        stored, saved = await asyncio.gather(self.memory.store_turns(self.scope, [episode], actor=role), self._save_state(),
+                                             return_exceptions=True)
+        for outcome in (stored, saved):
+            if isinstance(outcome, BaseException):
+                if isinstance(stored, BaseException):
+                    self.context.remove(episode)
+                raise outcome
         self._context_read = True
-        await self._save_state()
         return episode
 
     async def compile(self, incoming: str | None = None) -> CompiledContext:

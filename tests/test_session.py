@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 from memos import MemoryOS, Scope
@@ -77,3 +78,30 @@ async def test_active_retrieval_pages_in_related_memories_not_turns_already_in_c
     bob = await MemorySession.open(mem, Scope("bob", "bot", "s1"), budget=2000)
     await bob.record_turn("user", "Can you suggest a snack with peanuts?")
     assert "allergic" not in (await bob.compile()).system_prompt  # another user's memories never page in
+
+
+async def test_a_turn_whose_commit_failed_is_in_no_context_though_the_state_beside_it_named_it(db_path, clock):
+    scope = Scope("alice", "bot", "s1")
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
+    session = await MemorySession.open(mem, scope, budget=2000)
+    kept = await session.record_turn("user", "the ferry leaves at nine")
+    table = mem.storage.tables["episodic"].table
+    add = table.add
+
+    async def failing(*args, **kwargs):
+        raise OSError("simulated: the disk went away")
+
+    table.add = failing
+    try:
+        await session.record_turn("assistant", "and the last one at midnight")
+        raise AssertionError("the failed commit was acknowledged")
+    except OSError:
+        pass
+    table.add = add
+    assert [t.id for t in session.context] == [kept.id]
+    state = json.loads((await mem.state())[session._state_key])
+    assert len(state["context"]) == 2  # saved beside the turn's commit, naming the turn that never landed
+    again = await MemorySession.open(await MemoryOS.open(db_path, embedder=None, clock=clock), scope, budget=2000)
+    assert [t.id for t in again.context] == [kept.id]
+    await session.record_turn("assistant", "and the last one at midnight")
+    assert [t.summary for t in session.context] == ["the ferry leaves at nine", "and the last one at midnight"]

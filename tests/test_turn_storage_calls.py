@@ -18,6 +18,7 @@ Figures for the turn below (a store with records in every store, no tool call, n
 | the same, with the entity graph's two stores | 24 | 10 |
 | one shared search table for the stores but the vault (`memos.search_index`; six stores) | 20 | 10 |
 | the shared table carries each record whole, and the vault's captions: no read by id, no vault query | 13 | 9 |
+| a recorded turn's session state is written beside the turn's own commits, not after them | 13 | 7 (6 when they overlap) |
 
 What changed last: a step begins with one `versions` call (every table's latest version,
 `Storage.versions`); what was read before and has not changed since is not read again
@@ -47,7 +48,7 @@ from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 from memos.storage import Storage
 
 CALLS_AT_MOST = 13
-ROUND_TRIPS_AT_MOST = 9
+ROUND_TRIPS_AT_MOST = 7
 
 
 class StorageCounter:
