@@ -100,7 +100,12 @@ async def search(
     # it had to read the head of its fused list by id afterwards (up to budget / 8 rows), which
     # cost more than the queries it saved (README, issue 18, third round).
     shared = [n for n in request.types if known[n] and lean and storage.search.usable and storage.search.covers(n)
-              and not (request.until is not None and getattr(storage.type_table(n).record_type, "bitemporal", False))]
+              and not _as_of(storage, request, n)]
+    # the store filter is left out of the shared queries when it would keep every row anyway:
+    # every store the table mirrors is searched there or holds no row at all (a row that lands in
+    # one meanwhile is of a store the request names); rows the indexes do not cover yet (a chat's
+    # newest) are filtered column by column, and this one costs ~0.1 ms a query on the 100k store
+    whole = all(n in shared or (n in known and not known[n] and not _as_of(storage, request, n)) for n in storage.search.types)
     known |= {name: False for name in request.empty if name in known and name not in shared}
     searched = [n for n in request.types if known[n]]
     for name in searched:
@@ -131,8 +136,9 @@ async def search(
             if text:
                 jobs.append((name, "text", storage.text_search(name, text, wheres[name], per_list, columns)))
         if shared:
-            where = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
-                     .tags_any(request.tags).raw(sql_in("memory_type", shared)).build())
+            conditions = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
+                          .tags_any(request.tags))
+            where = (conditions if whole else conditions.raw(sql_in("memory_type", shared))).build()
             limit = per_list * len(shared)  # as many candidates as the per-store lists gave together
             if vector is not None:
                 jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit, with_text=with_text)))
@@ -266,6 +272,12 @@ async def _taken(storage: Storage, hits: list[Hit], wheres: dict[str, str | None
             hit.record.row = row
             kept.append(hit)
     return kept
+
+
+def _as_of(storage: Storage, request: SearchRequest, name: str) -> bool:
+    """Whether a store is searched as of `until` with its own queries: a bitemporal store (a closed
+    relation was true only until it closed), which the shared table's rows cannot say."""
+    return request.until is not None and getattr(storage.type_table(name).record_type, "bitemporal", False)
 
 
 def _lean(hit: Hit) -> bool:

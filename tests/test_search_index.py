@@ -126,6 +126,24 @@ async def test_a_search_makes_one_vector_and_one_text_query_and_never_crosses_sc
     assert narrow == []
 
 
+async def test_the_store_filter_is_left_out_only_when_it_would_keep_every_row(mem, alice):
+    await mem.add(alice, [Fact(subject="alice", summary="the red canoe is in the boathouse"),
+                          Episode(summary="we paddled the red canoe"), Procedure(summary="patch the red canoe", steps=["sand", "glue"])])
+    wheres: list[str] = []
+    index = mem.storage.search
+    vector_search = index.vector_search
+
+    async def captured(vector, where, limit, **kwargs):
+        wheres.append(where)
+        return await vector_search(vector, where, limit, **kwargs)
+
+    index.vector_search = captured
+    everything = await mem.search("red canoe", alice, k=10)  # every mirrored store searched, or empty
+    assert {h.memory_type for h in everything} == {"semantic", "episodic", "procedural"} and "memory_type" not in wheres[-1]
+    facts = await mem.search("red canoe", alice, types=["semantic", "procedural"], k=10)
+    assert {h.memory_type for h in facts} == {"semantic", "procedural"} and "memory_type" in wheres[-1]
+
+
 async def test_a_write_the_shared_table_missed_is_still_found_and_caught_up_on_open(db_path, embedder, alice, vault_key):
     mem = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
     kept = await mem.add(alice, Fact(subject="alice", summary="the spare key is under the green pot"))
