@@ -3,7 +3,8 @@
 One turn (`ChatAgent.chat`):
 
 1. the user message is recorded (episodic recall log) and the context is compiled: core
-   blocks, summary, paged-in memories and the recent whole turns, within the budget;
+   blocks, summary, paged-in memories and the recent whole turns, within the budget (side by
+   side: `MemorySession.step`);
 2. the pydantic-ai agent answers with that context; it may call the memory tools. A vault
    reveal is a deferred, approval-required call: it runs only if `approve` says yes;
 3. the reply is recorded; the memory manager runs for the new turns off the hot path (a
@@ -166,8 +167,7 @@ class ChatAgent:
         """Answer `text` with memory; returns the reply (details in `self.last`)."""
         session = await self.session()
         assert self._agent is not None
-        turn = await session.record_turn("user", text)
-        context = await session.compile(text)
+        turn, context = await session.step(text)  # recorded and compiled side by side
         history = history_messages(context.recent_turns[:-1])
         result = await self._run(turn.summary, message_history=history, instructions=context.system_prompt,
                                  usage_limits=self.usage_limits)

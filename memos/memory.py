@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -573,6 +573,7 @@ class MemoryOS:
         include_inactive: bool = False,
         replies: bool = True,
         empty: Sequence[str] = (),
+        exclude: Collection[str] = (),
     ) -> list[Hit]:
         """Hybrid search (vector + full-text, fused by rank, weighted by recency and importance).
 
@@ -587,6 +588,9 @@ class MemoryOS:
 
         `empty`: stores the caller knows hold no active record in `scope` (a chat step passes
         what its counts found): their queries are skipped.
+
+        `exclude`: record ids left out of the candidates before they are ranked, as if they were
+        not stored (a chat step's turns in context, the newest of which may be committing).
         """
         query, scope = check.check_query(query), check.check_scope(scope)
         k = check.check_int(k, "k", low=1, high=check.MAX_K)
@@ -597,12 +601,15 @@ class MemoryOS:
         if types is not None:
             _check_store_list(types, "types", Sequence)  # ordered: the stores are searched in this order
         _check_store_list(empty, "empty", Sequence | set | frozenset)
+        if isinstance(exclude, str | bytes) or not all(isinstance(i, str) for i in exclude):
+            raise ConfigError(f"exclude must be a collection of record ids, got {exclude!r}")
         names = [self.record_type(t).memory_type for t in (types or self.searchable_types)]
         statuses = _search_statuses(include_inactive, since, until)
         request = SearchRequest(
             query=query, scope=scope, types=names, k=k, budget_tokens=budget_tokens, since=since, until=until,
             tags=tags, statuses=statuses, policy=self.ranking, replies=replies,
             empty=frozenset(self.record_type(t).memory_type for t in empty) if statuses == ("active",) else frozenset(),
+            exclude=frozenset(exclude),
         )
         with span("memos.search", user_id=scope.user_id, stores=len(names), k=k, budget_tokens=budget_tokens) as current:
             hits = await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)

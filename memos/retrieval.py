@@ -67,6 +67,9 @@ class SearchRequest:
     """Stores the caller knows hold no record in `scope` with `statuses` (a chat step's counts,
     read at the step's table versions): their own queries are skipped. A store the shared
     search table covers stays in that table's queries, which it costs nothing."""
+    exclude: frozenset[str] = frozenset()
+    """Record ids left out of every list before it is ranked, as if they were not stored (a chat
+    step's turns in context: the newest may be committing while the step searches)."""
 
 
 async def search(
@@ -150,6 +153,9 @@ async def search(
             part = replace(request, query=query)
             jobs.append(("", "graph", graph_candidates(storage, part, vector, text, wheres, RowView.columns("occurred_at", with_text) if lean else None)))
         lists = await asyncio.gather(*(job for _, _, job in jobs))
+        if request.exclude:
+            lists = [[r for r in rows if (r.record.id if source == "graph" else r["id"]) not in request.exclude]
+                     for (_, source, _), rows in zip(jobs, lists, strict=True)]
         views: dict[tuple[str, str], RowView] = {}  # a row both queries returned is read once
         candidates: list[Candidate] = []
         for (name, source, _), rows in zip(jobs, lists, strict=True):

@@ -132,6 +132,40 @@ class MemorySession:
     async def record_turn(self, role: Role, text: str, *, actor: str | None = None, message_id: str | None = None,
                           occurred_at: datetime | None = None, importance: float = 0.5) -> Episode:
         """Store a turn in episodic memory (the recall log) and add it to the working context."""
+        episode = await self._begin_turn(role, text, actor=actor, message_id=message_id, occurred_at=occurred_at,
+                                         importance=importance)
+        await self._store_turn(episode, role)
+        return episode
+
+    async def step(self, text: str, *, actor: str | None = None, message_id: str | None = None,
+                   occurred_at: datetime | None = None, importance: float = 0.5) -> tuple[Episode, CompiledContext]:
+        """Record the user's message and compile the context for it, side by side (`ChatAgent.chat`).
+
+        The same turn and context as `record_turn("user", text)` then `compile(text)`, in less
+        time: the compile does not wait for the turn's commits. It needs nothing they write: the
+        turn is in the working context already, the store counts are taken as they are once it
+        is stored, and retrieval leaves the turns in context out of its candidates before it
+        ranks them, whether or not its queries see the new row. Returns once both are done, so
+        the turn is stored (durable) when the step returns; if storing it fails the step raises
+        that error and the turn leaves the working context, as `record_turn` does."""
+        episode = await self._begin_turn("user", text, actor=actor, message_id=message_id, occurred_at=occurred_at,
+                                         importance=importance)
+        # the counts the compile plans with, as they are once the turn is stored (read now, before
+        # its commit can move them: the same figures whichever finishes first)
+        counts = await self.memory.counts(self.retrieval_scope, cached=True)
+        counts = {**counts, self.memory.turn_type: counts.get(self.memory.turn_type, 0) + 1}
+        stored = asyncio.ensure_future(self._store_turn(episode, "user"))
+        try:
+            context = await self._compile_traced(text, counts, stored)
+        finally:
+            outcome, = await asyncio.gather(stored, return_exceptions=True)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return episode, context
+
+    async def _begin_turn(self, role: Role, text: str, *, actor: str | None, message_id: str | None,
+                          occurred_at: datetime | None, importance: float) -> Episode:
+        """The turn's episode, added to the working context (not stored yet: `_store_turn`)."""
         if role not in ("user", "assistant"):
             raise ConfigError(f"role must be 'user' or 'assistant', got {role!r}")
         message = Message(id=message_id, actor=actor or role, text=text, timestamp=occurred_at or self.memory.clock(),
@@ -141,30 +175,40 @@ class MemorySession:
         await self._read_step()
         previous = self.context[-1] if self.context else None
         [episode] = self.memory.turn_episodes(self.scope, [message], previous=previous)
+        self.context.append(episode)
+        self._context_read = True
+        return episode
+
+    async def _store_turn(self, episode: Episode, role: Role) -> None:
+        """Commit a turn `_begin_turn` added; if that fails, it leaves the working context."""
         # the state naming the turn is written beside the turn's own commits, not after them (one
         # commit's wait less a turn); a state saved for a turn whose commit then failed names an
         # id that is not stored, which loading the state skips
-        self.context.append(episode)
         stored, saved = await asyncio.gather(self.memory.store_turns(self.scope, [episode], actor=role), self._save_state(),
                                              return_exceptions=True)
         for outcome in (stored, saved):
             if isinstance(outcome, BaseException):
-                if isinstance(stored, BaseException):
+                self._context_read = False
+                if isinstance(stored, BaseException) and episode in self.context:
                     self.context.remove(episode)
                 raise outcome
-        self._context_read = True
-        return episode
 
     async def compile(self, incoming: str | None = None) -> CompiledContext:
         """Build this step's prompt within the budget (active retrieval + paging + rendering)."""
+        return await self._compile_traced(incoming)
+
+    async def _compile_traced(self, incoming: str | None, counts: dict[str, int] | None = None,
+                              stored: asyncio.Future[None] | None = None) -> CompiledContext:
         with span("memos.compile", user_id=self.scope.user_id, budget=self.budget.total) as current:
-            ctx = await self._compile(incoming)
+            ctx = await self._compile(incoming, counts, stored)
             current.set_attribute("tokens", ctx.total_tokens)
             current.set_attribute("evicted", len(ctx.evicted))
             current.set_attribute("paged_in", len(ctx.paged_in))
         return ctx
 
-    async def _compile(self, incoming: str | None) -> CompiledContext:
+    async def _compile(self, incoming: str | None, counts: dict[str, int] | None,
+                       stored: asyncio.Future[None] | None) -> CompiledContext:
+        """`compile`; in a `step`, with the counts it took and the turn's commits in flight (`stored`)."""
         if not self.context:
             raise ConfigError("record the incoming message with record_turn() before compiling a context")
         if not self._context_read:
@@ -174,11 +218,12 @@ class MemorySession:
         # read once: what has not changed since it was last read is not read again (the tables'
         # versions were just checked), the rest is issued together; the stores the counts find
         # empty in this scope are not searched (usually remembered: no read before the search)
-        counts = await self.memory.counts(self.retrieval_scope, cached=True)
+        if counts is None:
+            counts = await self.memory.counts(self.retrieval_scope, cached=True)
+        in_context = {t.id for t in self.context}
         blocks, last_reflection, found = await asyncio.gather(
             self.core.blocks(cached=True), self._last_reflection(),
-            self._retrieve(query, empty=[name for name, n in counts.items() if n == 0]))
-        in_context = {t.id for t in self.context}
+            self._retrieve(query, empty=[name for name, n in counts.items() if n == 0], exclude=in_context))
         hits = [h for h in found if h.id not in in_context]
         # plan once, from counted inputs
         inputs, notice_of = self._counted(blocks, counts, last_reflection, hits)
@@ -189,6 +234,8 @@ class MemorySession:
             evicted, self.context = self.context[: plan.evict], self.context[plan.evict :]
             self.evicted_total += len(evicted)
             self.summary = await self.summarizer(self.summary, evicted)
+            if stored is not None:  # the turn's own state write first: the one saved last is the newest
+                await stored
             await self._save_state()
         count = self.memory.tokenizer.count
         paged = [hits[i] for i in plan.memories]
@@ -287,11 +334,13 @@ class MemorySession:
     def _turn_tokens(self, turn: Episode) -> int:
         return self.memory.tokenizer.count(turn.summary) + self.budget.message_overhead
 
-    async def _retrieve(self, query: str, empty: Sequence[str] = ()) -> list[Hit]:
+    async def _retrieve(self, query: str, empty: Sequence[str] = (), exclude: set[str] | frozenset[str] = frozenset()) -> list[Hit]:
         if not query.strip():
             return []
-        # packed into the prompt beside the turns in context (the newest of which asks): no replies
-        return await self.memory.search(query, self.retrieval_scope, k=self.retrieval_k, replies=False, empty=empty)
+        # packed into the prompt beside the turns in context (the newest of which asks): no
+        # replies, and none of those turns, whether or not the newest is stored yet (`step`)
+        return await self.memory.search(query, self.retrieval_scope, k=self.retrieval_k, replies=False, empty=empty,
+                                        exclude=exclude)
 
     async def _read_step(self) -> None:
         """The step's first read: every table's version (one call), then the in-context turns

@@ -2,9 +2,9 @@
 
 A store of N synthetic records (`memos.bench.scale.open_bench_store`) gets a conversation in
 one of its scopes. Each timed step is what `ChatAgent.chat` does around the model request:
-record the user's turn, compile the context (active retrieval over every store, paging,
-rendering under the budget), record the reply. Reported in ms, p50 / p95, as a whole and
-per part; the model's reply is a scripted line. The embedder that built the store also
+record the user's turn and compile the context (active retrieval over every store, paging,
+rendering under the budget) side by side (`MemorySession.step`: `user_step`), record the reply.
+Reported in ms, p50 / p95, as a whole and per part; the model's reply is a scripted line. The embedder that built the store also
 embeds the turns and queries: with the local model (default) its time is included; a store
 built with `--embedder hashed` times everything but embedding.
 """
@@ -36,19 +36,17 @@ async def run_turn_bench(records: int, *, path: str | Path | None = None, turns:
     rng = random.Random(seed + 2)
     scope = Scope(f"user{rng.randrange(USERS):02d}", "agent", f"bench-{rng.randrange(10**6)}")
     session = await MemorySession.open(memory, scope, budget=budget)
-    parts: dict[str, list[float]] = {"record_user": [], "compile": [], "record_reply": [], "total": []}
+    parts: dict[str, list[float]] = {"user_step": [], "record_reply": [], "total": []}
     for step in range(turns + WARMUP):
         message = f"Do you remember when {random_sentence(rng)}"
         t0 = time.perf_counter()
-        await session.record_turn("user", message)
+        _, context = await session.step(message)
         t1 = time.perf_counter()
-        context = await session.compile(message)
-        t2 = time.perf_counter()
         await session.record_turn("assistant", f"Yes: {random_sentence(rng)}")
-        t3 = time.perf_counter()
+        t2 = time.perf_counter()
         assert context.total_tokens <= budget
         if step >= WARMUP:
-            for name, ms in (("record_user", t1 - t0), ("compile", t2 - t1), ("record_reply", t3 - t2), ("total", t3 - t0)):
+            for name, ms in (("user_step", t1 - t0), ("record_reply", t2 - t1), ("total", t2 - t0)):
                 parts[name].append(ms * 1000)
         if progress:
             progress(step + 1, turns + WARMUP)
