@@ -71,6 +71,12 @@ class RankingPolicy:
     """Multiplier 1 + w, in top-k searches, for the hits whose text carries the kind of answer the
     query asks for: a time for "when" (`什么时候`), a number for "how many / how long" (`多少`,
     `多久`), a quoted title for a book, song or film (`memos.answer_types`); 0 turns it off."""
+    addressed_share: float = 0.1
+    """In budgeted searches, the conversation turns are searched (vector and full-text) without
+    the names of the speakers the query names that the other speakers call them by, in at least
+    this share of their turns (`memos.speakers`): who said a turn is weighed by `speaker_weight`,
+    and a name said to someone tells nothing of what a turn is about. Other stores (facts about
+    a person) get the query as it is; above 1 turns it off."""
     budget_candidates: int = 400
     """A budgeted search fuses at least this many candidates of each list (vector, full-text):
     shallow lists leave a record found by one list but just below the other's cut-off with

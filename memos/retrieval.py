@@ -3,7 +3,8 @@
 For each chosen store it runs a vector query and a native full-text query inside the scope
 (and time / tag / status filters), concurrently, then fuses all lists by their scaled scores
 (`memos.ranking.fuse`; records in the time window the query names, if any, rise; with a
-budget, the turns of a speaker the query names rise too, `memos.speakers`), adds the
+budget, the turns of a speaker the query names rise too, and the turns are matched without the
+names the speakers call each other by, `memos.speakers`), adds the
 turns around the best conversation turns and, given a budget, packs the best hits into it
 (`memos.packing.pack`). Agents' active retrieval, the memory tools, the CLI and the
 benchmarks all come through `search`.
@@ -16,6 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from .answer_types import expected_answer, favour_answers
 from .embeddings import TextEmbedder
@@ -23,13 +25,14 @@ from .fulltext import cjk_share, query_words
 from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
+from .read_cache import FORGET
 from .scope import Scope, Where, sql_in, valid_at
 from .search_index import EVENT_TIME, RECORD
-from .speakers import favour_speakers
+from .speakers import SpeakerTally, favour_speakers, named_speakers, without_speakers
 from .storage import Storage
 from .temporal import parse_time_window
 
-__all__ = ["RowView", "SearchRequest", "for_language", "fts_query", "interleave", "question_parts", "search"]
+__all__ = ["RowView", "SearchRequest", "for_language", "fts_query", "interleave", "question_parts", "scope_speakers", "search"]
 
 MAX_QUERY_CHARS = 4_000
 SHARED = "*"
@@ -124,20 +127,37 @@ async def search(
         wheres[name] = conditions.build()
     named = request.since is None and request.until is None and request.policy.time_weight
     window = parse_time_window(request.query, now) if named else None  # explicit since/until already filter
+    turns = next((name for name in request.types if storage.type_table(name).record_type.holds_turns), None)
+    # with a budget, the turns are matched against the query less the names the speakers are
+    # called by (memos.speakers): who said a turn is its actor, weighed by the speaker multiplier
+    speakers = (await scope_speakers(storage, request.scope, turns)
+                if request.budget_tokens is not None and request.policy.addressed_share <= 1 and turns in searched else None)
 
     async def ranked(query: str) -> list[Hit]:
         """The fused hits of one query text (the request's, or one part of a question in parts)."""
-        text = fts_query(query)
-        vector = await embedder.embed_query(query[:MAX_QUERY_CHARS]) if embedder and query.strip() else None
+        turn_query = query
+        if speakers is not None:
+            called = {s for s in named_speakers(query, set(speakers.said)) if speakers.addressed(s) >= request.policy.addressed_share}
+            turn_query = without_speakers(query, called)
+        needed = {turn_query} if turns in searched else set()
+        if shared or any(name != turns for name in searched):
+            needed.add(query)
+        wanted = [q for q in needed if embedder and q.strip()]
+        found = await asyncio.gather(*(embedder.embed_query(q[:MAX_QUERY_CHARS]) for q in wanted)) if embedder else []
+        vectors: dict[str, list[float]] = dict(zip(wanted, found, strict=True))
+        vector = vectors.get(query)
         jobs = []
         for name in searched:
             if name in shared:
                 continue
             columns = RowView.columns(storage.type_table(name).record_type.time_field, with_text) if lean else None
-            if vector is not None:
-                jobs.append((name, "vector", storage.vector_search(name, vector, wheres[name], per_list, columns)))
+            own = turn_query if name == turns else query
+            own_vector, text = vectors.get(own), fts_query(own)
+            if own_vector is not None:
+                jobs.append((name, "vector", storage.vector_search(name, own_vector, wheres[name], per_list, columns)))
             if text:
                 jobs.append((name, "text", storage.text_search(name, text, wheres[name], per_list, columns)))
+        text = fts_query(query)
         if shared:
             conditions = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
                           .tags_any(request.tags))
@@ -148,10 +168,8 @@ async def search(
             if text:
                 jobs.append((SHARED, "text", storage.search.text_search(text, where, limit, with_text=with_text)))
         if "entity" in storage.tables and request.policy.graph_weight > 0:
-            from .graph import graph_candidates  # the entity graph's list (records linked to the query's entities)
-
-            part = replace(request, query=query)
-            jobs.append(("", "graph", graph_candidates(storage, part, vector, text, wheres, RowView.columns("occurred_at", with_text) if lean else None)))
+            columns = RowView.columns("occurred_at", with_text) if lean else None
+            jobs.append(("", "graph", _graph_list(storage, embedder, replace(request, query=query), vector, text, wheres, columns)))
         lists = await asyncio.gather(*(job for _, _, job in jobs))
         if request.exclude:
             lists = [[r for r in rows if (r.record.id if source == "graph" else r["id"]) not in request.exclude]
@@ -183,7 +201,6 @@ async def search(
     for hit in hits:
         if isinstance(hit.record, RowView):
             hit.record = storage.type_table(hit.memory_type).to_record(hit.record.row)
-    turns = next((name for name in request.types if storage.type_table(name).record_type.holds_turns), None)
     if request.policy.neighbours and turns is not None:
         hits = await _with_neighbours(storage, request, hits, turns)
     if request.budget_tokens is not None:
@@ -192,6 +209,54 @@ async def search(
         return await with_replies(storage, request.scope, request.statuses, request.policy.neighbour_window_minutes,
                                   hits[: request.k], turns)
     return hits[: request.k]
+
+
+async def _graph_list(storage: Storage, embedder: TextEmbedder | None, request: SearchRequest, vector: list[float] | None,
+                      text: str, wheres: dict[str, str | None], columns: list[str] | None) -> list[Candidate]:
+    """The entity graph's list (records linked to the query's entities; `memos.graph`), with the
+    query's own vector, embedded here when only the turns' was needed so far and the graph has
+    entities."""
+    from .graph import graph_candidates
+
+    if not await storage.has_rows("entity"):
+        return []
+    if vector is None and embedder is not None and request.query.strip():
+        vector = await embedder.embed_query(request.query[:MAX_QUERY_CHARS])
+    return await graph_candidates(storage, request, vector, text, wheres, columns)
+
+
+async def scope_speakers(storage: Storage, scope: Scope, turns: str) -> SpeakerTally:
+    """Who speaks in `scope`'s turns and how often the others call them by name (any status):
+    one read of who said what per version of the turns table, remembered in `storage.reads` and
+    carried past this process's own adds; another process's commit makes it read again."""
+    table = storage.type_table(turns).table
+    version = await storage.read(table, table.version)
+    if storage.reads.seen.get(turns) != version:
+        storage.reads.check({turns: version})
+    key = ("speakers", turns, scope)
+    found = storage.reads.get(key)
+    if found is not FORGET:
+        return found
+    at = storage.reads.at(turns)
+    said = _said_column(storage, turns)
+    found = await storage.columns(turns, Where(scope).build(), ["actor", said])
+    tally = SpeakerTally.of(found["actor"], found[said])
+    storage.reads.put(key, turns, tally, _tally_added(scope, said), at=at)
+    return tally
+
+
+def _said_column(storage: Storage, turns: str) -> str:
+    """The column holding what a turn said: `summary` for an `Episode`, else the indexed text."""
+    return "summary" if "summary" in storage.type_table(turns).record_type.model_fields else "text"
+
+
+def _tally_added(scope: Scope, said: str) -> Callable[[SpeakerTally, Sequence[dict]], Any]:
+    def rule(tally: SpeakerTally, added: Sequence[dict]) -> Any:
+        mine = [(r.get("actor") or "", r.get(said) or "") for r in added
+                if scope.contains(r["user_id"], r["agent_id"], r["session_id"])]
+        counted = tally.plus(mine)
+        return FORGET if counted is None else counted
+    return rule
 
 
 _PART_BREAK = re.compile(r"(?<=[?？；;，])\s*")

@@ -10,22 +10,36 @@ pay on LOCOMO, see README "Entity graph"): the speaker is the one name every tur
 
 Pure: `favour_speakers` takes fused hits and returns them re-ordered. A query naming every
 speaker among the hits (or none, or only roles such as "user") leaves the order as it was.
+
+Where the others call a speaker by name ("Thanks, Melanie!" in a fifth to two thirds of the
+other speaker's turns in each LOCOMO conversation), that name is taken out of the query the
+turns are matched against (`without_speakers`, `SpeakerTally`): who said a turn is its `actor`,
+weighed by the multiplier above, and a name said *to* someone tells nothing of the topic. Left
+in, it made the query's vector and words match the turns that address the speaker and the
+speaker's shortest turns (whose text is mostly "Melanie:"), instead of what the question is
+about (README, Entity graph). A name the others never say is left in the query: there it
+still tells the speaker's turns apart.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .fulltext import has_cjk
 from .ranking import Hit, RowView
 
-__all__ = ["ROLES", "favour_speakers", "named_speakers"]
+__all__ = ["ROLES", "SpeakerTally", "favour_speakers", "named_speakers", "without_speakers"]
 
 ROLES = frozenset({"user", "assistant", "system", "tool", "agent", "ai", "bot", "ingest"})
 """Speakers that are roles, not names: a query saying "user" does not name a person, and the
 entity graph links a role's turns to no person (`memos.graph`)."""
 _WORD = re.compile(r"\w+")
+_SPACES = re.compile(r"\s+")
 
 
 def named_speakers(query: str, speakers: set[str]) -> set[str]:
@@ -46,6 +60,105 @@ def named_speakers(query: str, speakers: set[str]) -> set[str]:
         if first and first[0] in words:
             named.add(speaker)
     return named
+
+
+@dataclass(frozen=True)
+class SpeakerTally:
+    """Who speaks in a conversation, and how often the others call each speaker by name. A
+    speaker is called by name in a turn that holds the first word of their name as a whole word,
+    as written (a Chinese name anywhere in it); roles ("user") are never called."""
+
+    said: dict[str, int] = field(default_factory=dict)
+    """Turns each speaker said."""
+    called: dict[str, int] = field(default_factory=dict)
+    """Turns of the other speakers that call each speaker by name."""
+
+    @classmethod
+    def of(cls, speakers: Sequence[str | None] | pa.Array | pa.ChunkedArray,
+           texts: Sequence[str | None] | pa.Array | pa.ChunkedArray) -> SpeakerTally:
+        """The tally of a whole conversation from two columns: who said each turn, and what.
+        Counted column by column (pyarrow compute: 100k turns in ~50 ms, a loop over them in
+        Python took 0.4 s)."""
+        actors = _strings(speakers)
+        said_counts = pc.value_counts(actors)
+        said = {value.as_py(): count.as_py() for value, count in zip(said_counts.field("values"), said_counts.field("counts"), strict=True)
+                if value.as_py()}
+        text = _strings(texts)
+        called = {}
+        for speaker, name in _names(said).items():
+            if has_cjk(name):
+                hit = pc.match_substring(text, name)
+            else:
+                hit = pc.match_substring_regex(text, rf"(^|[^\p{{L}}\p{{N}}_]){re.escape(name)}([^\p{{L}}\p{{N}}_]|$)")
+            count = pc.sum(pc.and_(hit, pc.not_equal(actors, speaker))).as_py() or 0
+            if count:
+                called[speaker] = count
+        return cls(said, called)
+
+    def plus(self, turns: Iterable[tuple[str, str]]) -> SpeakerTally | None:
+        """The tally with more turns counted, as (speaker, what they said) pairs; None when one
+        of them has a new speaker (the earlier turns that call them are not counted: tally the
+        whole conversation again)."""
+        turns = [(speaker, text) for speaker, text in turns if speaker]
+        if any(speaker not in self.said for speaker, _ in turns):
+            return None
+        said = dict(self.said)
+        called = dict(self.called)
+        for speaker, _ in turns:
+            said[speaker] += 1
+        names = _names(said)
+        for speaker, text in turns:
+            for other, name in names.items():
+                if other != speaker and (name in text if has_cjk(name) else _says(text, name)):
+                    called[other] = called.get(other, 0) + 1
+        return SpeakerTally(said, called)
+
+    def addressed(self, speaker: str) -> float:
+        """The share of the other speakers' turns that call `speaker` by name (0 with no other turns)."""
+        others = sum(self.said.values()) - self.said.get(speaker, 0)
+        return self.called.get(speaker, 0) / others if others else 0.0
+
+
+def _strings(values: Sequence[str | None] | pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    column = values if isinstance(values, pa.Array | pa.ChunkedArray) else pa.array(values, pa.string())
+    return column.fill_null("")
+
+
+def _names(speakers: Iterable[str]) -> dict[str, str]:
+    """The first name each speaker is called by (roles have none)."""
+    return {s: name for s in speakers if s.strip().lower() not in ROLES and (name := _first_name(s))}
+
+
+def _says(text: str, name: str) -> bool:
+    """Whether `text` holds `name` as a whole word (as written)."""
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text) is not None
+
+
+def _first_name(speaker: str) -> str:
+    name = speaker.strip()
+    if has_cjk(name):
+        return name
+    words = _WORD.findall(name)
+    return words[0] if words else ""
+
+
+def without_speakers(query: str, named: set[str]) -> str:
+    """`query` with the names of the `named` speakers taken out (every word of a name, with a
+    possessive "'s"; matched as `named_speakers` matches them), spaces closed up; the query as
+    it was if nothing but punctuation would be left."""
+    if not named:
+        return query
+    lowered = query == query.lower()
+    out = query
+    for speaker in named:
+        name = speaker.strip()
+        if has_cjk(name):
+            out = out.replace(name, " ")
+            continue
+        for word in _WORD.findall(name.lower() if lowered else name):
+            out = re.sub(rf"\b{re.escape(word)}(?:['’]s)?\b", " ", out)
+    out = _SPACES.sub(" ", out).strip()
+    return out if _WORD.search(out) else query
 
 
 def favour_speakers(hits: Sequence[Hit], query: str, weight: float) -> list[Hit]:
