@@ -173,10 +173,10 @@ def test_a_missing_api_key_is_one_line(local, monkeypatch):
     assert len(out.output.strip().splitlines()) == 1
 
 
-def test_demo_piped_into_head_ends():
+def test_demo_piped_into_head_ends(tmp_path):
     """`memos demo | head -3`: once head has its lines, the demo stops (it used to hang forever)."""
     proc = subprocess.Popen([sys.executable, "-m", "memos.cli", "demo", "--steps", "6"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "120"})
+                            stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "120", "TMPDIR": str(tmp_path)})
     assert proc.stdout is not None
     for _ in range(3):
         proc.stdout.readline()
@@ -232,12 +232,13 @@ def test_the_python_api_with_a_local_server(mem, stub, monkeypatch):
     assert [r["path"] for r in stub.requests] == ["/v1/chat/completions"] * len(stub.requests) and len(stub.requests) >= 2
 
 
-def test_demo_with_a_local_model_exits_cleanly():
+def test_demo_with_a_local_model_exits_cleanly(tmp_path):
     """`memos demo --model <server's model>` in its own process: exit 0 (it aborted with exit 134,
     "terminate called without an active exception", when a manager run was still embedding at exit)."""
     pytest.importorskip("openai")
     with serve_stub() as server:
-        env = {**os.environ, "OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "local", "COLUMNS": "200"}
+        env = {**os.environ, "OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "local", "COLUMNS": "200",
+               "TMPDIR": str(tmp_path)}  # the demo's default store is a fresh temp dir, kept for `memos inspect`
         run = subprocess.run([sys.executable, "-m", "memos.cli", "demo", "--model", "openai-chat:llama3.2", "--steps", "2"],
                              capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
