@@ -37,7 +37,7 @@ async def compact_tables(storage: Storage, *, cleanup_older_than: timedelta = KE
     tables |= {SEARCH_TABLE: table for table in storage.search_tables()}
     for name, table in tables.items():
         try:
-            stats = await storage.write(table, lambda table=table: table.optimize(cleanup_older_than=cleanup_older_than))
+            stats = await storage.rewrite(table, lambda table=table: table.optimize(cleanup_older_than=cleanup_older_than))
         except RuntimeError as exc:
             if not is_conflict(exc):
                 raise

@@ -114,3 +114,38 @@ async def test_rows_held_back_are_folded_in_once_the_writes_pause(tmp_path):
         await asyncio.sleep(0.05)
     assert await unindexed(memory) == 0
     assert await memory.storage.count("episodic") == 13_000
+
+
+async def test_tables_are_rewritten_one_at_a_time(tmp_path):
+    """An add that makes several tables due starts their optimizes in the background, and the
+    maintenance job compacts and indexes every table: each of those holds hundreds of MB on a large
+    store, so they run one after another (`Storage.rewriting`), never side by side, whoever
+    started them; and every row is still there and found."""
+    from memos.bench.scale import make_records
+    from memos.maintenance import maintain
+
+    memory, timer = await open_store(tmp_path)
+    memory.storage.quiet_after = 0.01
+    running, most = 0, 0
+    tables = [t.table for t in memory.storage.tables.values()] + [memory.storage.history, *memory.storage.search_tables()]
+    for table in tables:
+        for name in ("optimize", "create_index"):
+            def counted(real=getattr(table, name)):
+                async def call(*args: Any, **kwargs: Any) -> Any:
+                    nonlocal running, most
+                    running += 1
+                    most = max(most, running)
+                    try:
+                        return await real(*args, **kwargs)
+                    finally:
+                        running -= 1
+                return call
+            setattr(table, name, counted())
+    records = [record for _, record in make_records(3_000)]
+    await memory.add(SCOPE, records, actor="test")  # episodic, semantic, history and the shared table are due at once
+    await asyncio.gather(memory.storage.settle(), maintain(memory.storage, min_rows=1_000))
+    await memory.storage.settle()
+    assert most == 1
+    assert sum([await memory.storage.count(name) for name in memory.type_names]) == 3_000
+    hits = await memory.search(records[0].index_text(), SCOPE, k=3)
+    assert any(hit.record.id == records[0].id for hit in hits)

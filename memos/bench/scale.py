@@ -164,12 +164,17 @@ async def run_scale_bench(records: int, *, path: str | Path | None = None, queri
                           query_embedder: str | None = None) -> dict[str, Any]:
     """Insert `records`, index, search; the report `memos bench scale` writes.
 
+    `peak_rss_mb` is the process's peak resident memory over the whole run (the kernel's
+    high-water mark: short peaks between samples count), `peak_rss_build_mb` the same once the
+    store is built and indexed, before the queries are embedded.
+
     `query_embedder="local"` embeds the queries with the local model whatever built the data,
     so a store built fast with `"hashed"` is searched with the model resident in the process
     (its peak memory counted); the vectors have the same dimension, the ranking means nothing."""
     root = Path(path or tempfile.mkdtemp(prefix="memos-scale-"))
     model = bench_embedder(embedder)
     memory, built = await open_bench_store(records, root, embedder=model, batch=batch, seed=seed, progress=progress)
+    built_peak = peak_rss_mb()  # the build's own (inserting, optimizing, indexing), before a query model loads
 
     rng = random.Random(seed + 1)
     texts = [random_sentence(rng).split(" (")[0] for _ in range(queries)]
@@ -198,6 +203,7 @@ async def run_scale_bench(records: int, *, path: str | Path | None = None, queri
         "search_ms": percentiles(search_ms),
         "embed_ms": {"p50": percentiles(embed_ms)["p50"]},
         "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_build_mb": built_peak,
         "queries": len(search_ms),
         "stores_searched": len(memory.searchable_types),
     }
