@@ -8,6 +8,7 @@ before they reach a table and come back redacted; only `reveal` decrypts (`memos
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -80,6 +81,7 @@ class MemoryOS:
         self.vault_key_file = vault_key_file
         self.vault = Vault(self, vault_key_file)
         """The secrets: encryption at rest, reveal, key rotation, scrubbing (`memos.vault`)."""
+        self._drawn: set[str] = set()  # ids `draw_ids` handed out and no add has used yet
         self.entity_links = False
         """Raw-mode ingestion links each turn to the entities it names (`memos.graph`,
         `memos.entity_extraction`). Off by default: on LOCOMO it did not move evidence recall
@@ -626,18 +628,29 @@ class MemoryOS:
         validate_value(actor, "actor")
         return await self.store_turns(scope, self.turn_episodes(scope, messages, previous=previous), actor=actor)
 
+    def draw_ids(self, n: int) -> list[str]:
+        """`n` fresh record ids (`new_id()`) for records this process adds later: a session names
+        its next turns in its saved state before they exist. `add` does not look them up in every
+        table as it does ids set by a caller (they are uuid4s no one else has); once used, an id
+        is looked up again like any other."""
+        ids = [new_id() for _ in range(n)]
+        self._drawn.update(ids)
+        return ids
+
     def turn_episodes(self, scope: Scope, messages: Iterable[Message | dict[str, Any]], *,
-                      previous: Episode | None = None) -> list[Episode]:
+                      previous: Episode | None = None, ids: Sequence[str | None] = ()) -> list[Episode]:
         """The episodes `ingest` stores for `messages` (checked, stamped with the scope and now,
         their ids assigned), stored by `store_turns`; nothing is written here. A session knows its
-        turn's id before the turn is stored, so it saves its state beside the turn's own commits."""
+        turn's id before the turn is stored, so it saves its state beside the turn's own commits.
+        `ids`: ids from `draw_ids` for the first episodes (None: a fresh one)."""
         check.check_scope(scope)
         if isinstance(messages, str | bytes | dict) or not isinstance(messages, Iterable):
             raise InvalidRecordError(f"messages must be a list of messages (dicts or Message), got {type(messages).__name__}")
         if previous is not None and not isinstance(previous, Episode):
             raise InvalidRecordError(f"previous must be an Episode or None, got {type(previous).__name__}")
         try:
-            return episodes_from_messages(messages, scope, self.clock(), previous=previous)
+            episodes = episodes_from_messages(messages, scope, self.clock(), previous=previous)
+            return [e.model_copy(update={"id": i}) if i else e for e, i in itertools.zip_longest(episodes, ids[: len(episodes)])]
         except ValidationError as exc:
             raise InvalidRecordError(f"a message cannot be stored as an episode: {check.describe_errors(exc)}") from None
 
@@ -699,7 +712,8 @@ class MemoryOS:
         """Ids set explicitly must be unused in every table (one `id IN (...)` query per table).
 
         Ids left to `new_id()` are fresh uuid4s and are not looked up, so bulk ingest pays nothing."""
-        explicit = [r.id for r in records if "id" in r.model_fields_set]
+        explicit = [r.id for r in records if "id" in r.model_fields_set and r.id not in self._drawn]
+        self._drawn.difference_update(r.id for r in records)
         for start in range(0, len(explicit), 1000):
             chunk = explicit[start : start + 1000]
             for name in self.storage.tables:

@@ -100,8 +100,43 @@ async def test_a_turn_whose_commit_failed_is_in_no_context_though_the_state_besi
     table.add = add
     assert [t.id for t in session.context] == [kept.id]
     state = json.loads((await mem.state())[session._state_key])
-    assert len(state["context"]) == 2  # saved beside the turn's commit, naming the turn that never landed
+    named = state["context"] + state["next"]  # saved before the turn's commit, naming the turn that never landed
+    assert named[0] == kept.id and len(named) > 1
     again = await MemorySession.open(await MemoryOS.open(db_path, embedder=None, clock=clock), scope, budget=2000)
     assert [t.id for t in again.context] == [kept.id]
     await session.record_turn("assistant", "and the last one at midnight")
     assert [t.summary for t in session.context] == ["the ferry leaves at nine", "and the last one at midnight"]
+
+
+async def test_turns_recorded_under_the_ids_the_state_names_write_no_state_and_resume_after_a_crash(db_path, clock):
+    """A session names its next turns' ids in its saved state (`PLANNED_TURNS`): recording them
+    writes no state, yet a process that stops right after any of them resumes with every turn,
+    in order, and with none that was never stored."""
+    from memos.session import PLANNED_TURNS
+
+    scope = Scope("alice", "bot", "s1")
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
+    session = await MemorySession.open(mem, scope, budget=4000)
+    writes = []
+    set_state = mem.set_state
+
+    async def counted(key, value):
+        writes.append(key)
+        await set_state(key, value)
+
+    mem.set_state = counted
+    said = []
+    for i in range(PLANNED_TURNS + 2):
+        clock.advance(minutes=1)
+        said.append(f"turn {i}: the ferry leaves at {i} o'clock")
+        turn, context = await session.step(said[-1])
+        assert context.recent_turns[-1].id == turn.id
+        # a new process (the one before stopped here) resumes every stored turn, and only those
+        again = await MemorySession.open(await MemoryOS.open(db_path, embedder=None, clock=clock), scope, budget=4000)
+        assert [t.summary for t in again.context] == said
+    assert len(writes) == 2  # the first turn's (it names the next PLANNED_TURNS), then when those ran out
+    # a reopened session draws ids of its own (another process may be resuming the same state)
+    await again.record_turn("assistant", "noted")
+    assert [t.summary for t in again.context] == [*said, "noted"]
+    third = await MemorySession.open(await MemoryOS.open(db_path, embedder=None, clock=clock), scope, budget=4000)
+    assert [t.summary for t in third.context] == [*said, "noted"]
