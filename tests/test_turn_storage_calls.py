@@ -19,6 +19,7 @@ Figures for the turn below (a store with records in every store, no tool call, n
 | one shared search table for the stores but the vault (`memos.search_index`; six stores) | 20 | 10 |
 | the shared table carries each record whole, and the vault's captions: no read by id, no vault query | 13 | 9 |
 | a recorded turn's session state is written beside the turn's own commits, not after them | 13 | 7 (6 when they overlap) |
+| the user's turn is committed while the context is compiled (`MemorySession.step`); the state names the next turns' ids, so recording them writes none | 11 | 7 (5-6 when they overlap) |
 
 What changed last: a step begins with one `versions` call (every table's latest version,
 `Storage.versions`); what was read before and has not changed since is not read again
@@ -33,6 +34,8 @@ Since then a top-k search of the default stores is the shared table's two querie
 carry each record whole (no read of the winners by id) and the vault's captions (no vault query).
 Retrieval asks storage only about tables whose emptiness it does not know yet
 (`Storage.known_rows`: a table once seen with rows, or seen empty within `READ_CONSISTENCY`).
+Last, the user's turn commits while the context is compiled, and the session state is written
+every few turns, not at each one: it names the ids of the next turns (`memos.session.PLANNED_TURNS`).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from memos import Scope
 from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 from memos.storage import Storage
 
-CALLS_AT_MOST = 13
+CALLS_AT_MOST = 11
 ROUND_TRIPS_AT_MOST = 7
 
 
