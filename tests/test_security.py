@@ -110,6 +110,9 @@ async def test_forget_leaves_nothing_of_the_user_anywhere(mem, db_path, clock):
         for i in range(12):
             await session.record_turn("user", f"{user} turn {i} about {marker}")
             await session.compile()
+    # the CLI below runs its purge while this test's loop is blocked: a background optimize of
+    # `mem` still in flight would hold its write lease all that time and defer the purge
+    await mem.storage.settle()
     out = runner.invoke(app, ["forget", "--user", "alice", "--db", str(db_path), "--yes", "--json"])
     assert out.exit_code == 0, out.output
     fresh = await MemoryOS.open(db_path, embedder=None, clock=clock)
@@ -139,6 +142,7 @@ async def test_forget_of_a_small_user_in_a_large_compacted_table_leaves_nothing_
     built = await ensure_indexes(mem.storage, min_rows=500)
     assert "btree(user_id)" in built["semantic"] and "btree(user_id)" in built[SEARCH_TABLE]
     assert files_containing(db, marker) and any("_indices" in str(p) for p in files_containing(db, user))
+    await mem.storage.settle()  # as above: no write of `mem` in flight while the CLI purges
     out = runner.invoke(app, ["forget", "--user", user, "--db", str(db), "--yes", "--json"])
     assert out.exit_code == 0, out.output
     assert files_containing(db, marker) == []
