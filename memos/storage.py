@@ -365,16 +365,16 @@ class Storage:
         hundreds of MB while it runs (on the 100k bench store an optimize of the shared table took
         ~270 MB above the process's resting size), and at the end of a bulk load the held-back
         optimizes of four tables ran beside the maintenance job's own: the process's peak (README,
-        issue 18). The heap it freed goes back to the operating system when it ends
+        issue 18). The heap it freed goes back to the operating system when it completes
         (`memos._malloc`), so the next one starts from what is in use."""
         loop = asyncio.get_running_loop()
         if self._rewrite_lock is None or self._rewrite_lock[0] is not loop:
             self._rewrite_lock = (loop, asyncio.Lock())
         async with self._rewrite_lock[1]:
-            try:
-                yield
-            finally:
-                await asyncio.to_thread(release_free_memory)
+            yield
+            # not when it failed or was cancelled: a cancelled optimize is a loop shutting down,
+            # where a new worker thread is the last thing to start
+            await asyncio.to_thread(release_free_memory)
 
     async def _optimize(self, table: Any, key: int) -> None:
         async with self.rewriting():  # its duration below is its own, not the wait for the slot
