@@ -372,9 +372,10 @@ class Storage:
             self._rewrite_lock = (loop, asyncio.Lock())
         async with self._rewrite_lock[1]:
             yield
-            # not when it failed or was cancelled: a cancelled optimize is a loop shutting down,
-            # where a new worker thread is the last thing to start
-            await asyncio.to_thread(release_free_memory)
+            # not when it failed or was cancelled, nor once the loop's executor has shut down (an
+            # optimize finishing while the process exits: "cannot schedule new futures")
+            with contextlib.suppress(RuntimeError):
+                await asyncio.to_thread(release_free_memory)
 
     async def _optimize(self, table: Any, key: int) -> None:
         async with self.rewriting():  # its duration below is its own, not the wait for the slot
