@@ -48,16 +48,12 @@ def named_speakers(query: str, speakers: set[str]) -> set[str]:
     lowered = query == query.lower()
     words = set(_WORD.findall(query.lower() if lowered else query))
     named = set()
-    for speaker in speakers:
-        name = speaker.strip()
-        if not name or name.lower() in ROLES:
-            continue
+    for speaker, name in _names(speakers).items():
         if has_cjk(name):
             if name in query:
                 named.add(speaker)
-            continue
-        first = _WORD.findall(name.lower() if lowered else name)
-        if first and first[0] in words:
+        # Lowered whole, as the query is: lowering can split a word ("İ" becomes "i" and a mark).
+        elif (_first_name(speaker.lower()) if lowered else name) in words:
             named.add(speaker)
     return named
 
