@@ -104,8 +104,9 @@ class SpeakerTally:
             said[speaker] += 1
         names = _names(said)
         for speaker, text in turns:
+            words = set(_WORD.findall(text))
             for other, name in names.items():
-                if other != speaker and (name in text if has_cjk(name) else _says(text, name)):
+                if other != speaker and (name in text if has_cjk(name) else name in words):
                     called[other] = called.get(other, 0) + 1
         return SpeakerTally(said, called)
 
@@ -123,11 +124,6 @@ def _strings(values: Sequence[str | None] | pa.Array | pa.ChunkedArray) -> pa.Ar
 def _names(speakers: Iterable[str]) -> dict[str, str]:
     """The first name each speaker is called by (roles have none)."""
     return {s: name for s in speakers if s.strip().lower() not in ROLES and (name := _first_name(s))}
-
-
-def _says(text: str, name: str) -> bool:
-    """Whether `text` holds `name` as a whole word (as written)."""
-    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text) is not None
 
 
 def _first_name(speaker: str) -> str:
