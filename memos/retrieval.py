@@ -145,19 +145,19 @@ async def search(
         wanted = [q for q in needed if embedder and q.strip()]
         found = await asyncio.gather(*(embedder.embed_query(q[:MAX_QUERY_CHARS]) for q in wanted)) if embedder else []
         vectors: dict[str, list[float]] = dict(zip(wanted, found, strict=True))
-        vector = vectors.get(query)
+        texts = {q: fts_query(q) for q in needed | {query}}  # the full-text forms, worked out once
+        vector, text = vectors.get(query), texts[query]
         jobs = []
         for name in searched:
             if name in shared:
                 continue
             columns = RowView.columns(storage.type_table(name).record_type.time_field, with_text) if lean else None
             own = turn_query if name == turns else query
-            own_vector, text = vectors.get(own), fts_query(own)
+            own_vector, own_text = vectors.get(own), texts[own]
             if own_vector is not None:
                 jobs.append((name, "vector", storage.vector_search(name, own_vector, wheres[name], per_list, columns)))
-            if text:
-                jobs.append((name, "text", storage.text_search(name, text, wheres[name], per_list, columns)))
-        text = fts_query(query)
+            if own_text:
+                jobs.append((name, "text", storage.text_search(name, own_text, wheres[name], per_list, columns)))
         if shared:
             conditions = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
                           .tags_any(request.tags))
