@@ -394,10 +394,14 @@ class MemorySession:
 
     def _next_id(self) -> str | None:
         """The id the state already names for the next turn, if it has one left (None: a fresh one)."""
+        unused = self._unused_ids()
+        return unused[0] if unused else None
+
+    def _unused_ids(self) -> list[str] | None:
+        """The ids the state saved last names for the next turns and the context has not used yet;
+        None when that state does not name the turns in context."""
         ids = [t.id for t in self.context]
-        if self._named[: len(ids)] == ids and len(self._named) > len(ids):
-            return self._named[len(ids)]
-        return None
+        return self._named[len(ids) :] if self._named[: len(ids)] == ids else None
 
     async def _save_state(self, *, if_changed: bool = False) -> None:
         """Write the state: the running summary, the turns in context and ids for the next turns
@@ -405,10 +409,10 @@ class MemorySession:
         context grew by turns recorded under ids it names)."""
         ids = [t.id for t in self.context]
         head = (self.summary, self.evicted_total)
-        named = self._named[: len(ids)] == ids
-        if if_changed and named and head == self._saved_head:
+        unused = self._unused_ids()
+        if if_changed and unused is not None and head == self._saved_head:
             return
-        planned = self._named[len(ids) :] if named else []
+        planned = unused or []
         if len(planned) < PLANNED_TURNS // 2:
             planned += self.memory.draw_ids(PLANNED_TURNS - len(planned))
         state = {"summary": self.summary, "context": ids, "next": planned, "evicted": self.evicted_total}
