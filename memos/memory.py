@@ -168,6 +168,12 @@ class MemoryOS:
         A record's id must not be used by any other record in the database (`DuplicateIdError`);
         leave it unset for a fresh one. A secret field's value must not appear in the record's
         other fields (`InvalidRecordError`)."""
+        return await self._add(scope, records, actor=actor)
+
+    async def _add(self, scope: Scope, records: MemoryRecord | Iterable[MemoryRecord], *, actor: str,
+                   behind: bool = False) -> list[MemoryRecord]:
+        """`add`; `behind`: the records' history and shared-table rows are queued once their own
+        rows have committed (`memos.write_behind`: a chat's turns)."""
         check.check_scope(scope)
         validate_value(actor, "actor")
         items = check.check_records(records)
@@ -199,7 +205,11 @@ class MemoryOS:
         with mirror:  # the stores' commits overlap (one table each); all have ended before the audit
             written = await asyncio.gather(*(write(name, group) for name, group in prepared.items()), return_exceptions=True)
         # the stores that committed are audited (and mirrored) even when another one failed
-        audited, _ = await asyncio.gather(self.storage.append_history(history), mirror.flush(), return_exceptions=True)
+        if behind and not any(isinstance(outcome, BaseException) for outcome in written):
+            self.storage.behind.queue(history, mirror.rows)
+            mirror.rows, audited = [], None
+        else:
+            audited, _ = await asyncio.gather(self.storage.append_history(history), mirror.flush(), return_exceptions=True)
         for outcome in (*written, audited):
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -654,12 +664,14 @@ class MemoryOS:
         except ValidationError as exc:
             raise InvalidRecordError(f"a message cannot be stored as an episode: {check.describe_errors(exc)}") from None
 
-    async def store_turns(self, scope: Scope, episodes: Sequence[Episode], *, actor: str = "ingest") -> list[Episode]:
+    async def store_turns(self, scope: Scope, episodes: Sequence[Episode], *, actor: str = "ingest",
+                          behind: bool = False) -> list[Episode]:
         """Store the episodes `turn_episodes` built (batched; in raw mode linked to the entities
-        they name, when `entity_links` is on); returns them."""
+        they name, when `entity_links` is on); returns them. `behind`: their history and
+        shared-table rows are written in batches after them (`memos.write_behind`: a chat's turns)."""
         episodes = list(episodes)
         for start in range(0, len(episodes), 512):
-            await self.add(scope, episodes[start : start + 512], actor=actor)
+            await self._add(scope, episodes[start : start + 512], actor=actor, behind=behind)
             if self.entity_links and "entity" in self.types:  # raw-mode entity links (memos.graph)
                 await self.graph.link(scope, episodes[start : start + 512], actor=actor)
         return episodes

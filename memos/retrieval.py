@@ -170,7 +170,8 @@ async def search(
         if "entity" in storage.tables and request.policy.graph_weight > 0:
             columns = RowView.columns("occurred_at", with_text) if lean else None
             jobs.append(("", "graph", _graph_list(storage, embedder, replace(request, query=query), vector, text, wheres, columns)))
-        lists = await asyncio.gather(*(job for _, _, job in jobs))
+        with storage.behind.excused(request.exclude):  # queued rows of excluded records may stay queued
+            lists = await asyncio.gather(*(job for _, _, job in jobs))
         if request.exclude:
             lists = [[r for r in rows if (r.record.id if source == "graph" else r["id"]) not in request.exclude]
                      for (_, source, _), rows in zip(jobs, lists, strict=True)]

@@ -206,6 +206,7 @@ class SearchIndex:
 
     async def rebuild(self) -> int:
         """Build a fresh shared table from the typed tables and switch to it; returns its rows."""
+        await self.storage.behind.flush()  # into the old table, not twice into the new one
         meta = await self.storage.get_meta()
         recorded = json.loads(meta[SEARCH_META]) if SEARCH_META in meta else {}
         generation = int(recorded.get("generation", 0)) + 1
@@ -286,6 +287,11 @@ class SearchIndex:
             pending.extend(data)
             return
         await self.mirror(lambda: self.table.add(data), len(rows))
+
+    async def append(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Add shared rows (`project`) in one commit (a failure marks the table behind; never raises)."""
+        if rows:
+            await self.mirror(lambda: self.table.add(arrow_table(list(rows), self.schema())), len(rows))
 
     async def upserted(self, memory_type: str, rows: Sequence[dict[str, Any]]) -> None:
         """Typed rows just written by id (inserted or replaced)."""
@@ -372,5 +378,4 @@ class Gathered:
     async def flush(self) -> None:
         """Mirror what was gathered (a failure marks the index behind; never raises)."""
         rows, self.rows = self.rows, []
-        if rows:
-            await self.index.mirror(lambda: self.index.table.add(arrow_table(rows, self.index.schema())), len(rows))
+        await self.index.append(rows)

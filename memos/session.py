@@ -194,7 +194,7 @@ class MemorySession:
         # the state naming the turn is written beside the turn's own commits, not after them (one
         # commit's wait less a turn); a state saved for a turn whose commit then failed names an
         # id that is not stored, which loading the state skips
-        stored, saved = await asyncio.gather(self.memory.store_turns(self.scope, [episode], actor=role),
+        stored, saved = await asyncio.gather(self.memory.store_turns(self.scope, [episode], actor=role, behind=True),
                                              self._save_state(if_changed=True), return_exceptions=True)
         for outcome in (stored, saved):
             if isinstance(outcome, BaseException):

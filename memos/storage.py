@@ -42,6 +42,7 @@ from .read_cache import ReadCache
 from .scope import sql_in, sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, arrow_table, json_columns, record_from_row, row_from_record
 from .search_index import SearchIndex
+from .write_behind import WriteBehind
 
 __all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "META", "Storage", "TypeTable", "arrow_rows", "history_row", "is_conflict", "retry_conflicts", "storage_error", "vector_index"]
 
@@ -272,16 +273,21 @@ class Storage:
         """Reads remembered at table versions; every write below reports its version to it."""
         self.search = SearchIndex(self, [])
         """The shared search table of the default stores, mirrored on every write (`memos.search_index`)."""
+        self.behind = WriteBehind(self)
+        """A chat turn's history and shared-table rows, written in batches (`memos.write_behind`)."""
 
     async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12) -> T:
         """Run one LanceDB write holding the purge lease shared (see `memos.lease`): commit
         conflicts with other writers are retried with jittered backoff, a handle whose version a
         purge removed moves to the latest, and storage failures become memos errors."""
+        await self.behind.barrier(table, read=False)
         async with self.lease.shared():
             return await self._retrying(table, op, attempts)
 
     async def read(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 4) -> T:
-        """Run one LanceDB read; a version removed under it by a purge is re-read at the latest."""
+        """Run one LanceDB read; a version removed under it by a purge is re-read at the latest.
+        Rows queued for the table (`behind`) are written first."""
+        await self.behind.barrier(table, read=True)
         return await self._retrying(table, op, attempts)
 
     async def _retrying(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int) -> T:
@@ -398,7 +404,9 @@ class Storage:
         return result
 
     async def settle(self) -> None:
-        """Wait for the background optimizes that writes started (see `_committed`)."""
+        """Write the queued rows (`behind`) and wait for the background optimizes that writes
+        started (see `_committed`)."""
+        await self.behind.flush()
         loop = asyncio.get_running_loop()
         while running := [t for t in self._optimizing.values() if not t.done() and t.get_loop() is loop]:
             await asyncio.wait(running)
@@ -730,6 +738,7 @@ class Storage:
         Each table's indexes are built again too (`_scrub_table`): removed rows leave no key in
         an index either."""
         tables = self._purge_tables(memory_type)
+        await self.behind.flush()  # queued rows are written before, not into a scrubbed table after
         async with self.lease.exclusive(wait) as alone:
             if alone:
                 for table in tables:

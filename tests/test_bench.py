@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from typer.testing import CliRunner
 
@@ -32,6 +33,10 @@ def test_bench_turn_reports_each_part_and_reuses_its_store(tmp_path):
     assert report["turn_ms"]["total"]["p95"] >= report["turn_ms"]["total"]["p50"] > 0
     again = json.loads(runner.invoke(app, args).stdout)
     assert again["reused"] is True and again["records"] >= 300  # the first run's turns are in it too
+    started = time.monotonic()
+    paused = json.loads(runner.invoke(app, [*args, "--pause-ms", "100"]).stdout)
+    assert paused["pause_ms"] == 100 and time.monotonic() - started >= (5 + 3) * 2 * 0.1  # two pauses a turn, warm-up too
+    assert set(paused["turn_ms"]) == {"user_step", "record_reply", "total"}
     bad = runner.invoke(app, ["bench", "turn", "--embedder", "bert"])
     assert bad.exit_code == 2 and "hashed" in bad.output
 

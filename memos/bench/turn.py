@@ -7,10 +7,16 @@ rendering under the budget) side by side (`MemorySession.step`: `user_step`), re
 Reported in ms, p50 / p95, as a whole and per part; the model's reply is a scripted line. The embedder that built the store also
 embeds the turns and queries: with the local model (default) its time is included; a store
 built with `--embedder hashed` times everything but embedding.
+
+`pause_ms`: an untimed pause after the step (the model's call) and another after the reply (the
+user reading and typing). Back to back (0, the default) the background work a turn starts (its
+rows written behind it, `memos.write_behind`; the optimizes its commits bring) lands in the next
+turns; in a chat it runs during those pauses, which this shows.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import tempfile
 import time
@@ -28,7 +34,7 @@ WARMUP = 3
 
 
 async def run_turn_bench(records: int, *, path: str | Path | None = None, turns: int = 60, budget: int = 8000,
-                         embedder: str = "local", progress: Any = None, seed: int = 0) -> dict[str, Any]:
+                         embedder: str = "local", progress: Any = None, seed: int = 0, pause_ms: float = 0) -> dict[str, Any]:
     """Build (or reuse) a store of `records`, then time `turns` steps of one conversation."""
     root = Path(path or tempfile.mkdtemp(prefix="memos-turn-"))
     model = bench_embedder(embedder)
@@ -42,11 +48,14 @@ async def run_turn_bench(records: int, *, path: str | Path | None = None, turns:
         t0 = time.perf_counter()
         _, context = await session.step(message)
         t1 = time.perf_counter()
+        await asyncio.sleep(pause_ms / 1000)
+        t1b = time.perf_counter()
         await session.record_turn("assistant", f"Yes: {random_sentence(rng)}")
         t2 = time.perf_counter()
+        await asyncio.sleep(pause_ms / 1000)
         assert context.total_tokens <= budget
         if step >= WARMUP:
-            for name, ms in (("user_step", t1 - t0), ("record_reply", t2 - t1), ("total", t2 - t0)):
+            for name, ms in (("user_step", t1 - t0), ("record_reply", t2 - t1b), ("total", t1 - t0 + t2 - t1b)):
                 parts[name].append(ms * 1000)
         if progress:
             progress(step + 1, turns + WARMUP)
@@ -55,6 +64,7 @@ async def run_turn_bench(records: int, *, path: str | Path | None = None, turns:
         "embedder": model.name,
         "turns": turns,
         "budget": budget,
+        "pause_ms": pause_ms,
         "turn_ms": {name: percentiles(samples) for name, samples in parts.items()},
         "peak_rss_mb": peak_rss_mb(),
     }

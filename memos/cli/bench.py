@@ -88,6 +88,8 @@ def turn(
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
     path: Annotated[Path | None, typer.Option(help="Store directory (default: a temp dir; an existing one is reused).")] = None,
     embedder: Annotated[str, typer.Option(help="What builds the store's data: 'local' or 'hashed' (then embedding is not timed).")] = "local",
+    pause_ms: Annotated[float, typer.Option(min=0, max=60_000, help="Untimed pause standing for the model's call, and again for "
+                                                                     "the user's reading, each turn (0: back to back).")] = 0,
 ) -> None:
     """One chat turn's overhead besides the model call: record, retrieve, compile, record the reply (ms)."""
     from ..bench.turn import run_turn_bench
@@ -95,7 +97,7 @@ def turn(
     _check_bench_embedder(embedder)
     with Progress(console=console) as progress:
         task = progress.add_task("building, then talking", total=None)
-        report = run_sync(run_turn_bench(records, path=path, turns=turns, embedder=embedder,
+        report = run_sync(run_turn_bench(records, path=path, turns=turns, embedder=embedder, pause_ms=pause_ms,
                                          progress=lambda n, total: progress.update(task, completed=n, total=total)))
     emit_json(report, json_out)
 
