@@ -37,7 +37,7 @@ from ._sync import best_effort
 from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, RecordChangedError, StoreFullError, StoreUnavailableError
 from .fulltext import FORM, MARK, has_cjk, index_form, plain_text, text_index, text_index_config
-from .lease import StoreLease
+from .lease import StoreLease, local_path
 from .read_cache import ReadCache
 from .scope import sql_in, sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, arrow_table, json_columns, record_from_row, row_from_record
@@ -419,7 +419,13 @@ class Storage:
         embedder: TextEmbedder | None,
         storage_options: dict[str, str] | None = None,
     ) -> Storage:
-        """Open (or create) the database at `uri` with a table for each record type."""
+        """Open (or create) the database at `uri` with a table for each record type. A relative
+        directory is taken from the working directory now: work that ends later (rows written
+        behind a turn, a background optimize, the purge lease's files) stays in that directory
+        after the process changes its own."""
+        local = local_path(uri)
+        if local is not None and not uri.startswith("file://") and not local.is_absolute():
+            uri = str(local.absolute())
         try:
             conn = await lancedb.connect_async(uri, storage_options=storage_options, read_consistency_interval=READ_CONSISTENCY,
                                                session=_session())

@@ -157,3 +157,20 @@ def test_a_killed_process_loses_no_turn_and_its_rows_are_repaired(tmp_path: Path
         assert await repair_history(mem.storage) == {}
 
     asyncio.run(check())
+
+
+async def test_rows_written_after_the_process_changes_directory_land_in_the_store_it_opened(tmp_path: Path, monkeypatch):
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(home)
+    mem = await MemoryOS.open("memory", embedder=None)  # a relative directory
+    mem.storage.behind.delay = 60
+    session = await MemorySession.open(mem, ALICE)
+    turn = await session.record_turn("user", "the meeting moved to Thursday")
+    monkeypatch.chdir(elsewhere)
+    await mem.storage.settle()  # the queued rows are written now, from another working directory
+    assert list(elsewhere.iterdir()) == []
+    again = await MemoryOS.open(home / "memory", embedder=None)
+    assert [e.actor for e in await again.history(ALICE, turn.id)] == ["user"]
+    assert [h.id for h in await again.search("meeting Thursday", ALICE)] == [turn.id]
