@@ -120,6 +120,41 @@ EXITING = textwrap.dedent('''
 ''')
 
 
+SYNC_CHAT = textwrap.dedent('''
+    import os, sys
+    os.environ["LANCE_LOG"] = "error"
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+    from memos import MemoryOS, Scope
+
+    mem = MemoryOS.open_sync(sys.argv[1], embedder=None)
+    mem.storage.behind.delay = 3  # still waiting when the script ends; exit waits for it
+    agent = mem.agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("Noted: Thursday.")])),
+                      Scope("alice", "bot", "s1"))
+    agent.chat_sync("the meeting moved to Thursday")
+    print(len(mem.storage.behind), flush=True)
+''')
+
+
+def test_a_sync_caller_that_exits_writes_the_waiting_rows(tmp_path: Path):
+    """`chat_sync` runs on memos' private loop; interpreter exit waits for the queue to be written."""
+    script, db = tmp_path / "chat.py", tmp_path / "db"
+    script.write_text(SYNC_CHAT)
+    done = subprocess.run([sys.executable, str(script), str(db)], capture_output=True, text=True, timeout=120, check=True)
+    assert int(done.stdout.split()[-1]) >= 4  # both turns' rows were queued when chat_sync returned
+
+    async def check() -> None:
+        mem = await MemoryOS.open(db, embedder=None)
+        assert await history_gaps(mem.storage) == {}
+        turns = await mem.list(ALICE, "episodic")
+        assert len(turns) == 2
+        assert await shared_rows(mem, "memory_type = 'episodic'") == 2
+        for turn in turns:
+            assert [(e.op, e.note) for e in await mem.history(ALICE, turn.id)] == [("add", None)]
+
+    asyncio.run(check())
+
+
 def _run_writer(tmp_path: Path, how: str) -> tuple[Path, str]:
     script, db = tmp_path / "writer.py", tmp_path / "db"
     script.write_text(EXITING)
