@@ -30,11 +30,8 @@ import contextlib
 import contextvars
 import logging
 import threading
-from collections.abc import Collection, Iterator
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .storage import Storage
+from collections.abc import Collection, Iterator, Sequence
+from typing import Any, Protocol
 
 __all__ = ["DELAY", "LIMIT", "WriteBehind"]
 
@@ -49,10 +46,25 @@ _EXCUSED: contextvars.ContextVar[Collection[str]] = contextvars.ContextVar("memo
 _FLUSHING: contextvars.ContextVar[bool] = contextvars.ContextVar("memos_flushing", default=False)
 
 
+class _Index(Protocol):
+    table: Any
+
+    async def append(self, rows: Sequence[dict[str, Any]]) -> None: ...
+
+
+class _Store(Protocol):
+    """What the queue uses of `memos.storage.Storage` (which owns it)."""
+
+    history: Any
+    search: _Index
+
+    async def append_history(self, entries: list[dict[str, Any]]) -> None: ...
+
+
 class WriteBehind:
     """The queue of one open store (`Storage.behind`)."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: _Store) -> None:
         self.storage = storage
         self._lock = threading.Lock()  # the queue is shared by every event loop using the store
         self._history: list[dict[str, Any]] = []
