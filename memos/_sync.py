@@ -53,15 +53,29 @@ def _background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+_exiting = False
+
+
+def exiting() -> bool:
+    """Whether the interpreter is exiting and memos' loop is finishing its work: no new
+    best-effort work (a background compaction) should start then."""
+    return _exiting
+
+
 async def _finish_pending(timeout: float, grace: float = BEST_EFFORT_GRACE) -> int:
     """Let the loop's unfinished tasks end (up to `timeout` s; `best_effort` ones up to `grace`
-    s); cancel the rest; return how many cancelled tasks were not best-effort."""
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    optional = {t for t in tasks if t in _best_effort}
+    s); cancel the rest; return how many cancelled tasks were not best-effort. Tasks that those
+    tasks start meanwhile (rows written behind a turn: `memos.write_behind`) are waited for too."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     late: set[asyncio.Task[Any]] = set()
-    required = [t for t in tasks if t not in optional]
-    if required:
-        _, late = await asyncio.wait(required, timeout=timeout)
+    while required := [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()
+                       and t not in _best_effort and t not in late]:
+        _, waiting = await asyncio.wait(required, timeout=max(0.0, deadline - loop.time()))
+        late |= waiting
+        if loop.time() >= deadline:
+            break
+    optional = {t for t in asyncio.all_tasks() if t in _best_effort}
     still = [t for t in optional if not t.done()]
     if still:
         _, skipped = await asyncio.wait(still, timeout=grace)
@@ -82,9 +96,11 @@ def _stop_background_loop() -> None:
     native code in a worker thread (torch computing an embedding) when the interpreter
     finalizes, which aborts the process ("terminate called without an active exception",
     exit 134). So exit waits for such tasks (at most 60 s), then cancels what is left."""
+    global _exiting
     loop, thread = _loop, _thread
     if loop is None or loop.is_closed() or not loop.is_running():
         return
+    _exiting = True
     try:
         late = asyncio.run_coroutine_threadsafe(_finish_pending(60.0), loop).result(timeout=90)
     except TimeoutError:

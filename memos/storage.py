@@ -33,7 +33,7 @@ from lancedb.index import Bitmap, BTree, IvfHnswSq
 from memos.memtypes import MemoryRecord, new_id
 
 from ._malloc import release_free_memory
-from ._sync import best_effort
+from ._sync import best_effort, exiting
 from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, RecordChangedError, StoreFullError, StoreUnavailableError
 from .fulltext import FORM, MARK, has_cjk, index_form, plain_text, text_index, text_index_config
@@ -42,7 +42,7 @@ from .read_cache import ReadCache
 from .scope import sql_in, sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, arrow_table, json_columns, record_from_row, row_from_record
 from .search_index import SearchIndex
-from .write_behind import WriteBehind
+from .write_behind import WriteBehind, closing
 
 __all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "META", "Storage", "TypeTable", "arrow_rows", "history_row", "is_conflict", "retry_conflicts", "storage_error", "vector_index"]
 
@@ -329,6 +329,9 @@ class Storage:
         """
         key, loop = id(table), asyncio.get_running_loop()
         self._writes[key] = self._writes.get(key, 0) + 1
+        if exiting() or closing():  # the process is ending: the next writer or the maintenance job does it
+            self._pending[key] = self._pending.get(key, 0) + rows
+            return
         self._pending[key] = self._pending.get(key, 0) + rows
         if self._due(key, every) and self.timer() >= self._resting.get(key, float("-inf")) and self._start(table, key, loop):
             return
@@ -351,6 +354,8 @@ class Storage:
     def _quietly(self, table: Any, key: int, loop: asyncio.AbstractEventLoop) -> None:
         """A table's writes paused for `quiet_after` seconds: fold in what is still held back."""
         self._quiet.pop(key, None)
+        if exiting():
+            return
         if (self._writes.get(key) or self._pending.get(key)) and not self._start(table, key, loop):
             self._quiet[key] = loop.call_later(self.quiet_after, self._quietly, table, key, loop)  # one in flight: later
 

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, Protocol
 
-__all__ = ["DELAY", "LIMIT", "WriteBehind"]
+__all__ = ["DELAY", "LIMIT", "WriteBehind", "closing"]
 
 log = logging.getLogger("memos.storage")
 
@@ -44,6 +44,12 @@ LIMIT = 64
 
 _EXCUSED: contextvars.ContextVar[Collection[str]] = contextvars.ContextVar("memos_excused", default=())
 _FLUSHING: contextvars.ContextVar[bool] = contextvars.ContextVar("memos_flushing", default=False)
+_CLOSING: contextvars.ContextVar[bool] = contextvars.ContextVar("memos_closing", default=False)
+
+
+def closing() -> bool:
+    """Whether this is the queue's last write as its event loop ends (no background work after it)."""
+    return _CLOSING.get()
 
 
 class _Index(Protocol):
@@ -101,6 +107,7 @@ class WriteBehind:
                 await asyncio.wait_for(now.wait(), self.delay)
         except asyncio.CancelledError:  # the loop is ending: write the queue before this task ends
             self._release()
+            _CLOSING.set(True)  # and start no compaction that would outlive the loop
             await self.flush()
             raise
         self._release()

@@ -4,6 +4,7 @@ never read late in this process, written at exit, repaired after a crash, never 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -153,6 +154,30 @@ def test_a_sync_caller_that_exits_writes_the_waiting_rows(tmp_path: Path):
             assert [(e.op, e.note) for e in await mem.history(ALICE, turn.id)] == [("add", None)]
 
     asyncio.run(check())
+
+
+async def test_no_compaction_starts_once_the_loop_is_ending(mem: MemoryOS, monkeypatch):
+    """The queue's last write as its loop ends (and any write while the interpreter exits) starts
+    no background compaction: one started then outlived the loop and aborted the interpreter at
+    exit ("PyGILState_Release ... finalizing") when it finished inside the finalization."""
+    from memos import _sync
+
+    mem.storage.behind.delay = 60
+    started = []
+    monkeypatch.setattr(type(mem.storage), "_due", lambda self, key, every: True)  # every commit would compact
+    monkeypatch.setattr(type(mem.storage), "_start", lambda self, table, key, loop: started.append(table.name) or True)
+    session = await MemorySession.open(mem, ALICE)
+    await session.record_turn("user", "the spare key is under the blue pot")
+    before = len(started)
+    assert before >= 1  # the turn's own commit: compaction is due as usual
+    waiting = mem.storage.behind._waiting
+    waiting.cancel()  # what asyncio.run's end does to it
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    assert len(mem.storage.behind) == 0 and started[before:] == []  # written, and nothing started
+    monkeypatch.setattr(_sync, "_exiting", True)
+    await session.record_turn("user", "and the bike lock code is in the vault")
+    assert started[before:] == []
 
 
 def _run_writer(tmp_path: Path, how: str) -> tuple[Path, str]:
