@@ -236,6 +236,13 @@ def vector_index(rows: int) -> IvfHnswSq:
     return IvfHnswSq(distance_type="cosine", num_partitions=max(1, min(256, rows // 4096)))
 
 
+def _ending() -> bool:
+    """Whether the process or this event loop is ending (`memos._sync.exiting`,
+    `memos.write_behind.closing`): no automatic compaction starts then, one would outlive the
+    loop and abort the interpreter in its finalization."""
+    return exiting() or closing()
+
+
 _INDEX_CONFIGS: dict[str, Callable[[int], Any]] = {
     "BTree": lambda rows: BTree(), "Bitmap": lambda rows: Bitmap(),
     "FTS": lambda rows: text_index_config(), "IvfHnswSq": vector_index,
@@ -329,10 +336,9 @@ class Storage:
         """
         key, loop = id(table), asyncio.get_running_loop()
         self._writes[key] = self._writes.get(key, 0) + 1
-        if exiting() or closing():  # the process is ending: the next writer or the maintenance job does it
-            self._pending[key] = self._pending.get(key, 0) + rows
-            return
         self._pending[key] = self._pending.get(key, 0) + rows
+        if _ending():  # the next writer or the maintenance job does it
+            return
         if self._due(key, every) and self.timer() >= self._resting.get(key, float("-inf")) and self._start(table, key, loop):
             return
         if self._writes[key] >= every or self._pending[key] >= INDEX_EVERY_ROWS:  # held back: fold in once writes pause
@@ -354,7 +360,7 @@ class Storage:
     def _quietly(self, table: Any, key: int, loop: asyncio.AbstractEventLoop) -> None:
         """A table's writes paused for `quiet_after` seconds: fold in what is still held back."""
         self._quiet.pop(key, None)
-        if exiting():
+        if _ending():
             return
         if (self._writes.get(key) or self._pending.get(key)) and not self._start(table, key, loop):
             self._quiet[key] = loop.call_later(self.quiet_after, self._quietly, table, key, loop)  # one in flight: later
