@@ -172,8 +172,9 @@ class MemoryOS:
 
     async def _add(self, scope: Scope, records: MemoryRecord | Iterable[MemoryRecord], *, actor: str,
                    behind: bool = False) -> list[MemoryRecord]:
-        """`add`; `behind`: the records' history and shared-table rows are queued once their own
-        rows have committed (`memos.write_behind`: a chat's turns)."""
+        """`add`; `behind`: the records are journaled and queued with their history and shared-table
+        rows, written to their tables a moment later (`memos.write_behind`: a chat's turns); on a
+        store without a journal their own rows commit at once and the rest is queued."""
         check.check_scope(scope)
         validate_value(actor, "actor")
         items = check.check_records(records)
@@ -195,6 +196,12 @@ class MemoryOS:
         # failure leaves the stores as they were
         vectors = iter(await self._vectors([r.index_text() for group in prepared.values() for r in group]))
         planned = {name: [next(vectors) for _ in group] for name, group in prepared.items()}
+        if behind and not any(r.secret_fields for r in items):  # journaled now, written a moment later
+            with span("memos.add", memory_type=",".join(prepared), records=len(items), user_id=scope.user_id, actor=actor):
+                rows = {name: self._rows(name, group, planned[name]) for name, group in prepared.items()}
+                if self.storage.hold(rows, self._history_rows(
+                        [r for group in prepared.values() for r in group], "add", actor, before=None)):
+                    return [self._redact(r) for group in prepared.values() for r in group]
         history: list[dict[str, Any]] = []  # one history commit for every store written (fewer commits)
         mirror = self.storage.search.gathering()  # one commit to the shared search table too
 
@@ -667,8 +674,8 @@ class MemoryOS:
     async def store_turns(self, scope: Scope, episodes: Sequence[Episode], *, actor: str = "ingest",
                           behind: bool = False) -> list[Episode]:
         """Store the episodes `turn_episodes` built (batched; in raw mode linked to the entities
-        they name, when `entity_links` is on); returns them. `behind`: their history and
-        shared-table rows are written in batches after them (`memos.write_behind`: a chat's turns)."""
+        they name, when `entity_links` is on); returns them. `behind`: they are journaled and written
+        to their tables in batches a moment later (`memos.write_behind`: a chat's turns)."""
         episodes = list(episodes)
         for start in range(0, len(episodes), 512):
             await self._add(scope, episodes[start : start + 512], actor=actor, behind=behind)
@@ -808,24 +815,33 @@ class MemoryOS:
     ) -> None:
         """Write `records` to store `name` and audit them (into `history` when given: the caller
         appends those rows itself, once for several stores). `vectors`: already embedded."""
-        table = self.storage.type_table(name)
         if vectors is None and vectors_from is not None:
             vectors = await self._stored_vectors(name, [vectors_from.id])
         elif vectors is None:
             vectors = await self._vectors([r.index_text() for r in records])
-        rows = [table.to_row(r, v) for r, v in zip(records, vectors, strict=True)]
+        rows = self._rows(name, records, vectors)
         if op == "add":
             await self.storage.add_rows(name, rows)
         else:  # only the version that was read is replaced; a deleted record stays deleted
             assert before is not None, f"a {op} must name the versions it read"
             await self.storage.update_rows(name, rows, {r.id: before[r.id].updated_at for r in records})
-        now = self.clock()
-        rows = [history_row(op, r, actor, _audit(before.get(r.id)) if before else None, _audit(r), max(now, r.updated_at), note)
-                for r in records]
+        audit = self._history_rows(records, op, actor, before=before, note=note)
         if history is not None:
-            history.extend(rows)
+            history.extend(audit)
         else:
-            await self.storage.append_history(rows)
+            await self.storage.append_history(audit)
+
+    def _rows(self, name: str, records: Sequence[MemoryRecord], vectors: Sequence[list[float] | None]) -> list[dict[str, Any]]:
+        """The table rows of `records` in store `name`, with their vectors."""
+        table = self.storage.type_table(name)
+        return [table.to_row(r, v) for r, v in zip(records, vectors, strict=True)]
+
+    def _history_rows(self, records: Sequence[MemoryRecord], op: str, actor: str, *,
+                      before: dict[str, MemoryRecord] | None, note: str | None = None) -> list[dict[str, Any]]:
+        """The history rows of `op` on `records` (each `before` the version it replaced)."""
+        now = self.clock()
+        return [history_row(op, r, actor, _audit(before.get(r.id)) if before else None, _audit(r), max(now, r.updated_at), note)
+                for r in records]
 
     async def _vectors(self, texts: list[str]) -> list[list[float] | None]:
         """One vector per text; a text that occurs several times is embedded once."""

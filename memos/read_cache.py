@@ -110,6 +110,21 @@ class ReadCache:
         elif before is None or version > before:
             self.seen[table] = version
 
+    def added(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        """This process queued `rows` for `table` (`memos.write_behind`): remembered reads of the
+        table's current version count them now, as added by a commit (their commit is then reported
+        with no rows). A read of a table with rows queued writes them first, so no remembered read
+        counts them twice."""
+        current = self.seen.get(table)
+        for key, entry in list(self._entries.items()):
+            if entry.table != table:
+                continue
+            carried = entry.on_add(entry.value, rows) if entry.on_add is not None and entry.version == current else FORGET
+            if carried is FORGET:
+                del self._entries[key]
+            else:
+                entry.value = carried
+
     def clear(self) -> None:
         """Forget everything (a store rebuilt under this process, e.g. a re-index)."""
         self._entries.clear()

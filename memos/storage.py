@@ -23,6 +23,7 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
@@ -37,12 +38,13 @@ from ._sync import best_effort, exiting
 from .embeddings import TextEmbedder
 from .exceptions import EmbeddingDimensionError, RecordChangedError, StoreFullError, StoreUnavailableError
 from .fulltext import FORM, MARK, has_cjk, index_form, plain_text, text_index, text_index_config
+from .journal import Journal, orphans, read_frames
 from .lease import StoreLease, local_path
 from .read_cache import ReadCache
 from .scope import sql_in, sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, arrow_table, json_columns, record_from_row, row_from_record
 from .search_index import SearchIndex
-from .write_behind import WriteBehind, closing
+from .write_behind import HISTORY, WriteBehind, closing
 
 __all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "META", "Storage", "TypeTable", "arrow_rows", "history_row", "is_conflict", "retry_conflicts", "storage_error", "vector_index"]
 
@@ -253,6 +255,8 @@ _INDEX_CONFIGS: dict[str, Callable[[int], Any]] = {
 class Storage:
     """An open memos database: typed tables, history and meta on one LanceDB connection."""
 
+    history_schema = HISTORY_SCHEMA
+
     def __init__(self, uri: str, conn: Any, meta: Any, history: Any, dim: int, embedder_name: str | None) -> None:
         self.uri = uri
         self.conn = conn
@@ -280,8 +284,9 @@ class Storage:
         """Reads remembered at table versions; every write below reports its version to it."""
         self.search = SearchIndex(self, [])
         """The shared search table of the default stores, mirrored on every write (`memos.search_index`)."""
-        self.behind = WriteBehind(self)
-        """A chat turn's history and shared-table rows, written in batches (`memos.write_behind`)."""
+        root = local_path(uri)
+        self.behind = WriteBehind(self, Journal(root) if root is not None else None)
+        """A chat turn's rows, journaled and written in batches (`memos.write_behind`, `memos.journal`)."""
 
     async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12) -> T:
         """Run one LanceDB write holding the purge lease shared (see `memos.lease`): commit
@@ -437,6 +442,8 @@ class Storage:
         local = local_path(uri)
         if local is not None and not uri.startswith("file://") and not local.is_absolute():
             uri = str(local.absolute())
+        if local is not None:  # another open of it in this process: its queued rows first (memos.write_behind)
+            await WriteBehind.flush_open(local_path(uri))
         try:
             conn = await lancedb.connect_async(uri, storage_options=storage_options, read_consistency_interval=READ_CONSISTENCY,
                                                session=_session())
@@ -463,7 +470,47 @@ class Storage:
             await _write_meta(meta, "fulltext", FORM)
         storage.search = SearchIndex(storage, record_types)
         await storage.search.open()  # rebuilt if missing, caught up if a crash left it behind
+        if storage.behind.journal is not None:
+            await storage._replay_journal(storage.behind.journal.root)
         return storage
+
+    async def _replay_journal(self, root: Path) -> None:
+        """Write what the journal segments of stopped processes hold and the tables lack
+        (`memos.journal`): their turns' rows (mirrored to the shared table as any add) and the
+        history rows of those turns. Rows already written are skipped, so a segment its writer
+        did not get to delete after writing it changes nothing."""
+        with orphans(root) as found:
+            for orphan in found:
+                typed: dict[str, list[dict[str, Any]]] = {}
+                history: list[dict[str, Any]] = []
+                for name, rows in read_frames(orphan.data):
+                    if name == HISTORY:
+                        history += rows.to_pylist()
+                    elif name in self.tables:
+                        typed.setdefault(name, []).extend(rows.to_pylist())
+                    else:
+                        orphan.done = False
+                if not orphan.done:  # kept whole for an open that registers that type
+                    log.warning("journal segment %s holds rows of a memory type this store was not opened with; "
+                                "kept for an open that registers it", orphan.path.name)
+                    continue
+                written = 0
+                for name, rows in typed.items():
+                    missing = await self._absent(self.tables[name].table, rows)
+                    await self.add_rows(name, missing)
+                    written += len(missing)
+                await self.append_history(await self._absent(self.history, history))
+                if written:
+                    log.warning("%d rows a stopped process had journaled were written to their tables", written)
+
+    async def _absent(self, table: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows whose id `table` does not hold."""
+        present: set[str] = set()
+        ids = [r["id"] for r in rows]
+        for start in range(0, len(ids), 1_000):
+            query = table.query().where(sql_in("id", ids[start : start + 1_000])).select(["id"])
+            present.update((await self.read(table, query.to_arrow))["id"].to_pylist())
+        return [r for r in rows if r["id"] not in present]
 
     async def _migrate_fulltext(self) -> None:
         """Bring a store written before Chinese was indexed as bigrams (`memos.fulltext`) up to
@@ -561,6 +608,36 @@ class Storage:
             await self._committed(table, len(rows))
             if self.search.covers(memory_type):
                 await self.search.added(memory_type, rows)
+
+    def hold(self, typed: dict[str, list[dict[str, Any]]], history: list[dict[str, Any]]) -> bool:
+        """Queue rows to add instead of committing them (a chat's turns: `memos.write_behind`):
+        journaled with their history rows before this returns, so durable, and counted by this
+        process's remembered reads at once. False (nothing queued) when the store has no journal
+        or a row's values need LanceDB's own conversion: the caller commits them itself."""
+        if not self.behind.journaled:
+            return False
+        tables = {name: arrow_table(rows, arrow_schema(self.tables[name].record_type, self.dim)) for name, rows in typed.items()}
+        if any(not isinstance(t, pa.Table) for t in tables.values()):
+            return False
+        shared = [row for name, rows in typed.items() if self.search.covers(name) and self.search.table is not None
+                  for row in self.search.project(name, rows)]
+        try:
+            self.behind.queue(history, shared, typed=tables)
+        except OSError as exc:  # the journal could not take them (a full disk): nothing was queued
+            error = storage_error(exc, self.uri)
+            raise (error if error is not exc else StoreUnavailableError(
+                f"memos cannot write the journal of the store {self.uri}: {exc}")) from exc
+        for name, rows in typed.items():
+            self.reads.added(name, rows)
+            self._nonempty.add(name)
+        return True
+
+    async def write_held(self, memory_type: str, rows: pa.Table) -> None:
+        """Commit rows `hold` queued (their remembered reads counted them already)."""
+        table = self.tables[memory_type].table
+        with self._reporting(memory_type) as report:
+            report(await self.write(table, lambda: table.add(rows)), [])
+        await self._committed(table, rows.num_rows)
 
     async def upsert_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
         if rows:

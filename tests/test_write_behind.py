@@ -1,18 +1,19 @@
-"""A chat turn's history and shared-table rows are written behind the turn (`memos.write_behind`):
-never read late in this process, written at exit, repaired after a crash, never resurrected."""
+"""A chat turn is journaled and written behind (`memos.write_behind`, `memos.journal`): never read
+late in this process, written at exit, written by the next open after a crash, never resurrected."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 from memos import MemoryOS, Scope
-from memos.audit import history_gaps, repair_history
-from memos.maintenance import maintain
+from memos.audit import history_gaps
+from memos.journal import JOURNAL_DIR
 from memos.portability import forget_user
 from memos.session import MemorySession
 
@@ -29,25 +30,45 @@ async def history_rows(mem: MemoryOS, where: str) -> list[dict]:
     return (await mem.storage.history.query().where(where).to_arrow()).to_pylist()
 
 
-async def test_a_turns_rows_wait_yet_every_read_of_this_process_sees_them(mem: MemoryOS):
+async def turn_rows(mem: MemoryOS, where: str) -> int:
+    """Rows of the turns' own table on disk (past `Storage.read`)."""
+    return await mem.storage.type_table("episodic").table.count_rows(where)
+
+
+def segments(db: Path) -> list[Path]:
+    return sorted((db / JOURNAL_DIR).glob("*.seg"))
+
+
+async def test_a_turn_waits_in_the_journal_yet_every_read_of_this_process_sees_it(mem: MemoryOS, db_path: Path):
     mem.storage.behind.delay = 60  # nothing is written by the delay within this test
+    agent = Scope("alice", "bot")
     session = await MemorySession.open(mem, ALICE)
+    await mem.check_versions()
+    assert (await mem.counts(agent, cached=True))["episodic"] == 0
     turn = await session.record_turn("user", "My sister Ingrid keeps bees in Uppsala")
-    key = f"key = 'episodic:{turn.id}'"
-    assert [e.id for e in await mem.list(ALICE, "episodic")] == [turn.id]  # the turn itself has committed
-    assert await shared_rows(mem, key) == 0 and await history_rows(mem, f"record_id = '{turn.id}'") == []
-    assert len(mem.storage.behind) == 2
+    where = f"id = '{turn.id}'"
+    # in no table yet, but durable: its rows are in this process's journal segment
+    assert await turn_rows(mem, where) == 0 and await shared_rows(mem, f"key = 'episodic:{turn.id}'") == 0
+    assert await history_rows(mem, f"record_id = '{turn.id}'") == []
+    assert len(mem.storage.behind) == 3 and [p.stat().st_size > 0 for p in segments(db_path)] == [True]
+    # what this process remembered reading counts it at once, without reading or writing
+    assert (await mem.counts(agent, cached=True))["episodic"] == 1
+    assert await turn_rows(mem, where) == 0
 
     # a search that leaves the turn out (a chat step's, for the turns in context) lets it wait...
     await mem.search("Ingrid bees", ALICE, exclude={turn.id})
-    assert await shared_rows(mem, key) == 0
+    assert await turn_rows(mem, where) == 0
     # ...any other read writes it first: the search finds the turn, history has its row
     hits = await mem.search("Ingrid bees", ALICE)
     assert [h.id for h in hits][:1] == [turn.id]
-    assert await shared_rows(mem, key) == 1
+    assert await turn_rows(mem, where) == 1 and await shared_rows(mem, f"key = 'episodic:{turn.id}'") == 1
     [entry] = await mem.history(ALICE, turn.id)
     assert (entry.op, entry.actor) == ("add", "user")
-    assert len(mem.storage.behind) == 0
+    assert len(mem.storage.behind) == 0 and segments(db_path) == []  # written: its segment is gone
+
+    later = await session.record_turn("assistant", "Uppsala honey is famous")
+    assert {e.id for e in await mem.list(ALICE, "episodic")} == {turn.id, later.id}  # a list reads it too
+    assert (await mem.counts(agent))["episodic"] == 2
 
 
 async def test_the_rows_are_written_after_the_delay_or_at_once_when_many_wait(mem: MemoryOS):
@@ -62,12 +83,12 @@ async def test_the_rows_are_written_after_the_delay_or_at_once_when_many_wait(me
     assert [r["actor"] for r in await history_rows(mem, f"record_id = '{turn.id}'")] == ["user"]
 
     mem.storage.behind.delay = 60
-    turns = [await session.record_turn("user", f"note number {i}") for i in range(40)]  # 80 rows > LIMIT
+    turns = [await session.record_turn("user", f"note number {i}") for i in range(40)]  # 120 rows > LIMIT
     for _ in range(100):
-        if await shared_rows(mem, "memory_type = 'episodic'") >= 1 + 32:
+        if await shared_rows(mem, "memory_type = 'episodic'") >= 1 + 22:
             break
         await asyncio.sleep(0.02)
-    assert await shared_rows(mem, "memory_type = 'episodic'") >= 1 + 32  # the first 64 rows went without the delay
+    assert await shared_rows(mem, "memory_type = 'episodic'") >= 1 + 22  # the first 64 rows (22 turns) went without the delay
     await mem.storage.settle()
     assert await shared_rows(mem, "memory_type = 'episodic'") == 41
     assert len(await history_rows(mem, "op = 'add' AND memory_type = 'episodic'")) == 41
@@ -94,9 +115,11 @@ async def test_forgetting_a_user_leaves_none_of_their_waiting_rows_behind(mem: M
     session = await MemorySession.open(mem, ALICE)
     await session.record_turn("user", "my cat is called Saffran")
     await session.record_turn("assistant", "Saffran is a lovely name")
-    assert len(mem.storage.behind) == 4
+    assert len(mem.storage.behind) == 6
     await forget_user(mem, "alice")
     await mem.storage.settle()
+    assert segments(mem.storage.behind.journal.root) == []  # no copy of their turns left in the journal either
+    assert await turn_rows(mem, "user_id = 'alice'") == 0
     assert await shared_rows(mem, "user_id = 'alice'") == 0
     assert await history_rows(mem, "user_id = 'alice'") == []
     assert await mem.search("Saffran", ALICE) == []
@@ -185,7 +208,7 @@ def _run_writer(tmp_path: Path, how: str) -> tuple[Path, str]:
     script.write_text(EXITING)
     done = subprocess.run([sys.executable, str(script), str(db), how], capture_output=True, text=True, timeout=120, check=True)
     turn_id, queued = done.stdout.split()
-    assert queued == "2"  # its rows were still queued when the coroutine returned
+    assert queued == "3"  # its rows were still queued when the coroutine returned
     return db, turn_id
 
 
@@ -202,21 +225,105 @@ def test_a_process_that_ends_normally_writes_the_waiting_rows(tmp_path: Path):
     asyncio.run(check())
 
 
-def test_a_killed_process_loses_no_turn_and_its_rows_are_repaired(tmp_path: Path):
+def test_a_killed_process_loses_no_turn_the_next_open_writes_it_from_the_journal(tmp_path: Path):
     db, turn_id = _run_writer(tmp_path, "kill")
+    assert len(segments(db)) == 1
 
     async def check() -> None:
-        mem = await MemoryOS.open(db, embedder=None)  # opening catches the shared table up
+        mem = await MemoryOS.open(db, embedder=None)  # writes what the stopped process journaled
+        assert segments(db) == []
         assert [e.id for e in await mem.list(ALICE, "episodic")] == [turn_id]
         assert await shared_rows(mem, f"key = 'episodic:{turn_id}'") == 1
         assert [h.id for h in await mem.search("spare key", ALICE)] == [turn_id]
-        assert await history_gaps(mem.storage) == {"episodic": [{"id": turn_id, "kind": "add"}]}
-        await maintain(mem.storage)
+        assert await history_gaps(mem.storage) == {}
         [entry] = await mem.history(ALICE, turn_id)
-        assert (entry.op, entry.actor) == ("add", "repair")
-        assert await repair_history(mem.storage) == {}
+        assert (entry.op, entry.actor, entry.note) == ("add", "user", None)  # its own row, not a repair
 
     asyncio.run(check())
+
+
+def test_a_segment_left_after_its_rows_were_written_or_with_a_torn_entry_adds_nothing_twice(tmp_path: Path):
+    """A writer stopped between writing a batch and deleting its segment (or in the middle of an
+    entry, never acknowledged): the next open writes only what the tables lack."""
+    db, turn_id = _run_writer(tmp_path, "kill")
+    [segment] = segments(db)
+    kept = tmp_path / "kept.seg"
+    shutil.copy(segment, kept)
+
+    async def written_once() -> None:
+        mem = await MemoryOS.open(db, embedder=None)
+        assert await turn_rows(mem, f"id = '{turn_id}'") == 1
+        assert await shared_rows(mem, f"key = 'episodic:{turn_id}'") == 1
+        assert len(await history_rows(mem, f"record_id = '{turn_id}'")) == 1
+        assert segments(db) == []
+
+    asyncio.run(written_once())
+    torn = kept.read_bytes() + kept.read_bytes()[: len(kept.read_bytes()) // 2]
+    (db / JOURNAL_DIR / "left-behind.seg").write_bytes(torn)
+    asyncio.run(written_once())
+
+
+HOLDING = textwrap.dedent('''
+    import asyncio, os, sys
+    os.environ["LANCE_LOG"] = "error"
+    from memos import MemoryOS, Scope
+    from memos.session import MemorySession
+
+    async def main(db, go):
+        mem = await MemoryOS.open(db, embedder=None)
+        mem.storage.behind.delay = 60
+        session = await MemorySession.open(mem, Scope("alice", "bot", "s1"))
+        turn = await session.record_turn("user", "the bike is at the station")
+        print(turn.id, flush=True)
+        while not os.path.exists(go):  # the test opens the store meanwhile
+            await asyncio.sleep(0.02)
+        # returning writes the queue (memos.write_behind)
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+''')
+
+
+def test_a_live_writers_journal_is_left_to_it(tmp_path: Path):
+    """Another process that opens the store does not write a segment whose writer is alive and
+    holds it: the writer does, once. (Other opens in the writer's own process write its queue
+    first: `test_another_open_in_the_same_process_sees_the_waiting_turns`.)"""
+    script, db, go = tmp_path / "holding.py", tmp_path / "db", tmp_path / "go"
+    script.write_text(HOLDING)
+    writer = subprocess.Popen([sys.executable, str(script), str(db), str(go)], stdout=subprocess.PIPE, text=True)
+    try:
+        turn_id = writer.stdout.readline().strip()
+        assert turn_id and len(segments(db)) == 1
+
+        async def meanwhile() -> None:
+            other = await MemoryOS.open(db, embedder=None)
+            assert len(segments(db)) == 1 and await turn_rows(other, f"id = '{turn_id}'") == 0
+
+        asyncio.run(meanwhile())
+    finally:
+        go.touch()
+        assert writer.wait(timeout=120) == 0
+
+    async def after() -> None:
+        again = await MemoryOS.open(db, embedder=None)
+        assert await turn_rows(again, f"id = '{turn_id}'") == 1 and segments(db) == []
+        assert await shared_rows(again, f"key = 'episodic:{turn_id}'") == 1
+
+    asyncio.run(after())
+
+
+async def test_another_open_in_the_same_process_sees_the_waiting_turns(mem: MemoryOS, db_path: Path):
+    """Two `MemoryOS` objects on one store in one process (a store opened per request, a session
+    resumed): the new one writes what the other has queued before it reads, and a read through
+    either writes what the other has queued for that table."""
+    mem.storage.behind.delay = 60
+    session = await MemorySession.open(mem, ALICE)
+    first = await session.record_turn("user", "the bike is at the station")
+    other = await MemoryOS.open(db_path, embedder=None)
+    assert [e.id for e in await other.list(ALICE, "episodic")] == [first.id]
+    second = await session.record_turn("assistant", "which station?")
+    assert {e.id for e in await other.list(ALICE, "episodic")} == {first.id, second.id}
+    assert len(mem.storage.behind) == 0 and segments(db_path) == []
+    assert len(await history_rows(other, "op = 'add'")) >= 2
 
 
 async def test_rows_written_after_the_process_changes_directory_land_in_the_store_it_opened(tmp_path: Path, monkeypatch):
