@@ -571,9 +571,11 @@ class MemoryOS:
         self.reads.put(("state",), META, values, _state_added, at=at)
         return dict(values)
 
-    async def set_state(self, key: str, value: str) -> None:
-        """Write one state entry."""
-        await self.storage.set_meta(key, value)
+    async def set_state(self, key: str, value: str, *, behind: bool = False) -> None:
+        """Write one state entry. `behind`: journaled now and written with the next batch of a
+        chat's turns (`memos.write_behind`; a session's own state), where the store has a journal."""
+        if not (behind and self.storage.hold_state({key: value})):
+            await self.storage.set_meta(key, value)
 
     async def delete_state(self, keys: list[str]) -> None:
         """Remove state entries (forgetting a user)."""

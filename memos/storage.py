@@ -44,7 +44,7 @@ from .read_cache import ReadCache
 from .scope import sql_in, sql_string
 from .schema import VECTOR_COLUMN, arrow_schema, arrow_table, json_columns, record_from_row, row_from_record
 from .search_index import SearchIndex
-from .write_behind import HISTORY, WriteBehind, closing
+from .write_behind import HISTORY, STATE, WriteBehind, closing
 
 __all__ = ["DEFAULT_DIM", "HISTORY_SCHEMA", "HistoryEntry", "META", "Storage", "TypeTable", "arrow_rows", "history_row", "is_conflict", "retry_conflicts", "storage_error", "vector_index"]
 
@@ -256,6 +256,7 @@ class Storage:
     """An open memos database: typed tables, history and meta on one LanceDB connection."""
 
     history_schema = HISTORY_SCHEMA
+    meta_schema = _META_SCHEMA
 
     def __init__(self, uri: str, conn: Any, meta: Any, history: Any, dim: int, embedder_name: str | None) -> None:
         self.uri = uri
@@ -460,14 +461,14 @@ class Storage:
         dim, name = cls._settle_embedder(uri, stored, embedder)
         if stored != {"name": name, "dim": dim}:
             async with StoreLease.for_uri(uri).shared():
-                await _write_meta(meta, "embedder", json.dumps({"name": name, "dim": dim}))
+                await _write_meta(meta, [{"key": "embedder", "value": json.dumps({"name": name, "dim": dim})}])
         storage = cls(uri, conn, meta, history, dim, name)
         physical = json.loads(values.get("tables", "{}"))
         for record_type in record_types:
             await storage._open_type(record_type, physical.get(record_type.memory_type, record_type.memory_type))
         if values.get("fulltext") != FORM:
             await storage._migrate_fulltext()
-            await _write_meta(meta, "fulltext", FORM)
+            await _write_meta(meta, [{"key": "fulltext", "value": FORM}])
         storage.search = SearchIndex(storage, record_types)
         await storage.search.open()  # rebuilt if missing, caught up if a crash left it behind
         if storage.behind.journal is not None:
@@ -483,9 +484,12 @@ class Storage:
             for orphan in found:
                 typed: dict[str, list[dict[str, Any]]] = {}
                 history: list[dict[str, Any]] = []
+                state: dict[str, str] = {}
                 for name, rows in read_frames(orphan.data):
                     if name == HISTORY:
                         history += rows.to_pylist()
+                    elif name == STATE:
+                        state.update((r["key"], r["value"]) for r in rows.to_pylist())
                     elif name in self.tables:
                         typed.setdefault(name, []).extend(rows.to_pylist())
                     else:
@@ -500,6 +504,8 @@ class Storage:
                     await self.add_rows(name, missing)
                     written += len(missing)
                 await self.append_history(await self._absent(self.history, history))
+                if state:  # the newest value it journaled of each key (a session's state)
+                    await self.write_state(state)
                 if written:
                     log.warning("%d rows a stopped process had journaled were written to their tables", written)
 
@@ -922,9 +928,31 @@ class Storage:
         await self.write(self.history, lambda: self.history.delete(where))
 
     async def set_meta(self, key: str, value: str) -> None:
+        await self.behind.barrier(self.meta, read=False)  # a value queued before is not written over this one
         with self._reporting(META) as report:
             async with self.lease.shared():
-                report(await _write_meta(self.meta, key, value), [{"key": key, "value": value}])
+                report(await _write_meta(self.meta, [{"key": key, "value": value}]), [{"key": key, "value": value}])
+
+    def hold_state(self, values: dict[str, str]) -> bool:
+        """Queue state entries instead of writing them (a chat session's state: `memos.write_behind`):
+        journaled before this returns, counted by this process's remembered reads at once. False
+        (nothing queued) when the store has no journal: the caller writes them itself."""
+        if not self.behind.journaled:
+            return False
+        try:
+            self.behind.queue([], [], state=values)
+        except OSError as exc:  # the journal could not take them (a full disk): nothing was queued
+            error = storage_error(exc, self.uri)
+            raise (error if error is not exc else StoreUnavailableError(
+                f"memos cannot write the journal of the store {self.uri}: {exc}")) from exc
+        self.reads.added(META, [{"key": k, "value": v} for k, v in values.items()])
+        return True
+
+    async def write_state(self, values: dict[str, str]) -> None:
+        """Write state entries `hold_state` queued (their remembered reads counted them already)."""
+        with self._reporting(META) as report:
+            async with self.lease.shared():
+                report(await _write_meta(self.meta, [{"key": k, "value": v} for k, v in values.items()]), [])
 
     async def delete_meta(self, keys: list[str]) -> None:
         """Remove meta entries (exact keys, quoted; never a pattern built from input)."""
@@ -990,12 +1018,9 @@ async def _read_meta(meta: Any) -> dict[str, str]:
     return {row["key"]: row["value"] for row in await meta.query().to_list()}
 
 
-async def _write_meta(meta: Any, key: str, value: str) -> Any:
+async def _write_meta(meta: Any, rows: list[dict[str, str]]) -> Any:
     return await retry_conflicts(
-        lambda: meta.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(
-            [{"key": key, "value": value}]
-        )
-    )
+        lambda: meta.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(rows))
 
 
 _SESSION: Any = None

@@ -57,6 +57,8 @@ LIMIT = 64
 """Queued rows (the turns', history and shared together) that are written at once, without the delay."""
 HISTORY = "_history"
 """The journal's name for history rows (the stores' rows go under their memory type)."""
+STATE = "_meta"
+"""The journal's name for state entries (`MemoryOS.set_state(..., behind=True)`: a chat session's)."""
 SHARED = "*"
 """The queue's name for the shared search table."""
 _SIBLINGS: dict[str, weakref.WeakSet[WriteBehind]] = {}
@@ -90,6 +92,8 @@ class _Store(Protocol):
 
     history: Any
     history_schema: pa.Schema
+    meta: Any
+    meta_schema: pa.Schema
     search: _Index
     tables: Mapping[str, _Typed]
 
@@ -97,14 +101,18 @@ class _Store(Protocol):
 
     async def write_held(self, memory_type: str, rows: pa.Table) -> None: ...
 
+    async def write_state(self, values: Mapping[str, str]) -> None: ...
+
 
 class _Batch:
     """Rows taken off the queue together: the stores' (Arrow, by memory type), then history and
     shared rows, and the journal segments that hold them."""
 
     def __init__(self, typed: dict[str, list[pa.Table]], history: list[dict[str, Any]], shared: list[dict[str, Any]],
-                 segments: list[Segment]) -> None:
-        self.typed, self.history, self.shared, self.segments = typed, history, shared, segments
+                 state: dict[str, str], segments: list[Segment], after: int) -> None:
+        self.typed, self.history, self.shared, self.state, self.segments = typed, history, shared, state, segments
+        self.after = after
+        """The queue's count of `queue` calls when the batch before this one was taken."""
 
     def ids(self) -> frozenset[str]:
         return frozenset(r["id"] for r in self.shared) | frozenset(
@@ -123,9 +131,12 @@ class WriteBehind:
         self._typed_ids: dict[str, set[str]] = {}
         self._history: list[dict[str, Any]] = []
         self._shared: list[dict[str, Any]] = []  # shared-table rows (`SearchIndex.project`)
+        self._state: dict[str, str] = {}  # state entries, the newest value of each key (journaled)
         self._segments: list[Segment] = []  # journal segments of rows taken off the queue and not yet all written
         self._writing: concurrent.futures.Future[None] | None = None  # the batch being written...
         self._writing_ids: frozenset[str] = frozenset()  # ...and its records
+        self._queued = 0  # `queue` calls so far...
+        self._taken = 0  # ...and how many of them the batches taken so far hold
         self._waiting: asyncio.Task[None] | None = None  # the task that writes once the delay is over
         self._now: asyncio.Event | None = None  # set: that task writes at once
         self._tasks: set[asyncio.Task[None]] = set()
@@ -137,7 +148,10 @@ class WriteBehind:
 
     def __len__(self) -> int:
         typed = sum(t.num_rows for tables in self._typed.values() for t in tables)
-        return typed + len(self._history) + len(self._shared)
+        return typed + len(self._history) + len(self._shared) + len(self._state)
+
+    def _empty(self) -> bool:
+        return not (self._history or self._shared or self._typed or self._state)
 
     @property
     def journaled(self) -> bool:
@@ -149,24 +163,32 @@ class WriteBehind:
         return bool(self._typed_ids.get(memory_type))
 
     def queue(self, history: list[dict[str, Any]], shared: list[dict[str, Any]],
-              typed: Mapping[str, pa.Table] | None = None) -> None:
+              typed: Mapping[str, pa.Table] | None = None, state: Mapping[str, str] | None = None) -> None:
         """Queue rows on the event loop that will write them. `typed`: a store's own rows (Arrow,
-        by memory type), appended to the journal with their `history` before anything is queued,
-        so that they are durable when this returns (an `OSError` if the journal cannot take them:
-        nothing is queued then). Without `typed`, the rows of an add that has committed."""
-        if not history and not shared and not typed:
+        by memory type), and `state`: state entries, appended to the journal with their `history`
+        before anything is queued, so that they are durable when this returns (an `OSError` if
+        the journal cannot take them: nothing is queued then). Without either, the rows of an
+        add that has committed."""
+        if not history and not shared and not typed and not state:
             return
         loop = asyncio.get_running_loop()
         with self._lock:
-            if typed:
-                assert self.journal is not None, "a store's own rows wait only where a journal makes them durable"
-                entry = [*typed.items(), *([(HISTORY, pa.Table.from_pylist(history, schema=self.storage.history_schema))] if history else [])]
+            if typed or state:
+                assert self.journal is not None, "rows wait here only where a journal makes them durable"
+                entry = [*(typed or {}).items()]
+                if state:
+                    entry.append((STATE, pa.Table.from_pylist([{"key": k, "value": v} for k, v in state.items()],
+                                                              schema=self.storage.meta_schema)))
+                if history and typed:
+                    entry.append((HISTORY, pa.Table.from_pylist(history, schema=self.storage.history_schema)))
                 self.journal.append(entry)
-                for name, rows in typed.items():
+                for name, rows in (typed or {}).items():
                     self._typed.setdefault(name, []).append(rows)
                     self._typed_ids.setdefault(name, set()).update(rows.column("id").to_pylist())
+                self._state.update(state or {})
             self._history.extend(history)
             self._shared.extend(shared)
+            self._queued += 1
             if self._waiting is None or self._waiting.get_loop() is not loop or self._now is None:
                 self._now = asyncio.Event()
                 self._waiting = task = loop.create_task(self._after_delay(self._now))
@@ -233,16 +255,20 @@ class WriteBehind:
             return None
         if table is self.storage.history:
             return HISTORY
+        if table is self.storage.meta:
+            return STATE
         if table is self.storage.search.table:
             return SHARED
         return next((name for name, typed in self.storage.tables.items() if typed.table is table), None)
 
     def _owes(self, name: str, excused: Collection[str]) -> bool:
         """Whether rows of table `name` wait here or are being written, other than `excused` records."""
-        if self._writing is None and not self._history and not self._shared and not self._typed:
+        if self._writing is None and self._empty():
             return False
         if name == HISTORY:
             return bool(self._history) or self._writing is not None
+        if name == STATE:
+            return bool(self._state) or self._writing is not None
         ids = {row["id"] for row in self._shared} if name == SHARED else set(self._typed_ids.get(name, ()))
         if self._writing is not None:
             ids |= self._writing_ids
@@ -264,22 +290,24 @@ class WriteBehind:
             return [w for w in _SIBLINGS.get(self._root, ()) if w is not self]
 
     async def flush(self) -> None:
-        """Write everything queued, and wait for a batch already being written: the stores' own
+        """Write everything queued so far, and wait for a batch already being written: the stores' own
         rows first, then (once they have committed) their history and shared rows. A store whose
         rows fail keeps them queued, with their history and shared rows and the journal segments
         that hold them, and the error is raised; a failed history write puts its rows back for the
         next batch; a failed shared write marks the shared table behind (`SearchIndex.mirror`),
         which searches then go around."""
+        with self._lock:
+            target = self._queued  # rows queued from now on are the next batch's, not this call's
         while True:
             with self._lock:
                 writing = self._writing
                 if writing is None:
-                    if not self._history and not self._shared and not self._typed:
+                    if self._taken >= target or self._empty():
                         return
                     sealed = self.journal.seal() if self.journal is not None else []
-                    batch = _Batch(self._typed, self._history, self._shared, [*self._segments, *sealed])
-                    self._typed, self._typed_ids, self._history, self._shared, self._segments = {}, {}, [], [], []
-                    self._writing, self._writing_ids = concurrent.futures.Future(), batch.ids()
+                    batch = _Batch(self._typed, self._history, self._shared, self._state, [*self._segments, *sealed], self._taken)
+                    self._typed, self._typed_ids, self._history, self._shared, self._state, self._segments = {}, {}, [], [], {}, []
+                    self._writing, self._writing_ids, self._taken = concurrent.futures.Future(), batch.ids(), self._queued
                     mine = self._writing
             if writing is not None:
                 await asyncio.wrap_future(writing)
@@ -294,9 +322,10 @@ class WriteBehind:
                 mine.set_result(None)
 
     async def _write(self, batch: _Batch) -> None:
-        names = list(batch.typed)
-        outcomes = await asyncio.gather(*(self.storage.write_held(name, pa.concat_tables(batch.typed[name]))
-                                          for name in names), return_exceptions=True)
+        names = [*batch.typed, *([STATE] if batch.state else [])]
+        outcomes = await asyncio.gather(*(
+            self.storage.write_state(batch.state) if name == STATE else self.storage.write_held(name, pa.concat_tables(batch.typed[name]))
+            for name in names), return_exceptions=True)
         failed = {name for name, outcome in zip(names, outcomes, strict=True) if isinstance(outcome, BaseException)}
         history = [r for r in batch.history if r["memory_type"] not in failed]
         shared = [r for r in batch.shared if r["memory_type"] not in failed]
@@ -305,8 +334,12 @@ class WriteBehind:
             written, _ = await asyncio.gather(self.storage.append_history(history), self.storage.search.append(shared),
                                               return_exceptions=True)
         with self._lock:
+            if failed or isinstance(written, Exception):  # what goes back is queued again for every flush
+                self._taken = batch.after
             if failed:  # back to the front of the queue, journal segments kept: nothing is lost
-                for name in failed:
+                if STATE in failed:
+                    self._state = {**batch.state, **self._state}
+                for name in failed - {STATE}:
                     self._typed.setdefault(name, [])[:0] = batch.typed[name]
                     self._typed_ids.setdefault(name, set()).update(
                         i for t in batch.typed[name] for i in t.column("id").to_pylist())

@@ -119,9 +119,9 @@ async def test_turns_recorded_under_the_ids_the_state_names_write_no_state_and_r
     writes = []
     set_state = mem.set_state
 
-    async def counted(key, value):
+    async def counted(key, value, **options):
         writes.append(key)
-        await set_state(key, value)
+        await set_state(key, value, **options)
 
     mem.set_state = counted
     said = []

@@ -21,6 +21,7 @@ Figures for the turn below (a store with records in every store, no tool call, n
 | a recorded turn's session state is written beside the turn's own commits, not after them | 13 | 7 (6 when they overlap) |
 | the user's turn is committed while the context is compiled (`MemorySession.step`); the state names the next turns' ids, so recording them writes none | 11 | 7 (5-6 when they overlap) |
 | a turn's history and shared-table rows are written behind it, in batches (`memos.write_behind`) | 7 | 4 |
+| the turn itself and the session's state are journaled and written with them (`memos.journal`) | 5 | 3 |
 
 What changed last: a step begins with one `versions` call (every table's latest version,
 `Storage.versions`); what was read before and has not changed since is not read again
@@ -39,7 +40,9 @@ Last, the user's turn commits while the context is compiled, and the session sta
 every few turns, not at each one: it names the ids of the next turns (`memos.session.PLANNED_TURNS`).
 Then a turn's history row and shared-table row are queued and written a moment later, several
 turns' together (`memos.write_behind`): a turn is one append to its store (and a state write
-every few turns).
+every few turns). Last, the turn's own row and the session's state are appended to the store's
+journal (`memos.journal`: durable, no LanceDB commit) and written with that batch: a turn's
+storage calls are the step's version checks and retrieval's queries.
 """
 
 from __future__ import annotations
@@ -54,8 +57,8 @@ from memos import Scope
 from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 from memos.storage import Storage
 
-CALLS_AT_MOST = 7
-ROUND_TRIPS_AT_MOST = 4
+CALLS_AT_MOST = 5
+ROUND_TRIPS_AT_MOST = 3
 
 
 class StorageCounter:

@@ -50,7 +50,8 @@ async def test_a_turn_waits_in_the_journal_yet_every_read_of_this_process_sees_i
     # in no table yet, but durable: its rows are in this process's journal segment
     assert await turn_rows(mem, where) == 0 and await shared_rows(mem, f"key = 'episodic:{turn.id}'") == 0
     assert await history_rows(mem, f"record_id = '{turn.id}'") == []
-    assert len(mem.storage.behind) == 3 and [p.stat().st_size > 0 for p in segments(db_path)] == [True]
+    # the turn's row, history and shared rows, and the session's state (which names the turn)
+    assert len(mem.storage.behind) == 4 and [p.stat().st_size > 0 for p in segments(db_path)] == [True]
     # what this process remembered reading counts it at once, without reading or writing
     assert (await mem.counts(agent, cached=True))["episodic"] == 1
     assert await turn_rows(mem, where) == 0
@@ -115,7 +116,7 @@ async def test_forgetting_a_user_leaves_none_of_their_waiting_rows_behind(mem: M
     session = await MemorySession.open(mem, ALICE)
     await session.record_turn("user", "my cat is called Saffran")
     await session.record_turn("assistant", "Saffran is a lovely name")
-    assert len(mem.storage.behind) == 6
+    assert len(mem.storage.behind) == 7  # two turns' three rows each, the session's state
     await forget_user(mem, "alice")
     await mem.storage.settle()
     assert segments(mem.storage.behind.journal.root) == []  # no copy of their turns left in the journal either
@@ -208,7 +209,7 @@ def _run_writer(tmp_path: Path, how: str) -> tuple[Path, str]:
     script.write_text(EXITING)
     done = subprocess.run([sys.executable, str(script), str(db), how], capture_output=True, text=True, timeout=120, check=True)
     turn_id, queued = done.stdout.split()
-    assert queued == "3"  # its rows were still queued when the coroutine returned
+    assert queued == "4"  # its rows (and the session's state) were still queued when the coroutine returned
     return db, turn_id
 
 
@@ -238,6 +239,8 @@ def test_a_killed_process_loses_no_turn_the_next_open_writes_it_from_the_journal
         assert await history_gaps(mem.storage) == {}
         [entry] = await mem.history(ALICE, turn_id)
         assert (entry.op, entry.actor, entry.note) == ("add", "user", None)  # its own row, not a repair
+        resumed = await MemorySession.open(mem, ALICE)  # the session's journaled state came back too
+        assert [t.id for t in resumed.context] == [turn_id]
 
     asyncio.run(check())
 
