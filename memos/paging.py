@@ -18,7 +18,7 @@ from memos.memtypes import Episode
 
 from .fulltext import has_cjk
 
-__all__ = ["ExtractiveSummarizer", "Summarizer", "turn_line"]
+__all__ = ["ExtractiveSummarizer", "Summarizer", "newest_lines", "turn_line"]
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 _EARLIER = "(earlier turns omitted)"
@@ -52,10 +52,28 @@ class ExtractiveSummarizer:
     async def __call__(self, previous: str, evicted: Sequence[Episode]) -> str:
         lines = [line for line in previous.splitlines() if line and line != _EARLIER]
         lines.extend(turn_line(turn) for turn in evicted)
-        dropped = False
-        while len(lines) > 1 and self.count_tokens("\n".join(lines)) > self.max_tokens:
-            lines.pop(0)
-            dropped = True
+        kept = newest_lines(lines, self.max_tokens, self.count_tokens, at_least=1)
+        dropped, lines = len(kept) < len(lines), kept
         if dropped or (previous.startswith(_EARLIER)):
             lines.insert(0, _EARLIER)
         return "\n".join(lines)
+
+
+def newest_lines(lines: Sequence[str], tokens: int, count: Callable[[str], int], *, at_least: int = 0) -> list[str]:
+    """The longest run of the last `lines` whose joined text counts at most `tokens` (but at least
+    `at_least` lines): what dropping the oldest line until the rest fits gives, with the text
+    counted a few times instead of once per line dropped (an eviction of 25 turns dropped as many
+    summary lines, each a count of the whole summary: ~10 ms of a chat step; README, issue 18).
+    Each line is counted on its own to find the cut, then the joined text decides it."""
+    if not lines:
+        return []
+    start, total = len(lines), -1
+    while start > 0 and total + 1 + count(lines[start - 1]) <= tokens:
+        start -= 1
+        total += 1 + count(lines[start])
+    start = min(start, len(lines) - at_least)
+    while start > 0 and count("\n".join(lines[start - 1 :])) <= tokens:  # BPE may join across a newline
+        start -= 1
+    while start < len(lines) - at_least and count("\n".join(lines[start:])) > tokens:
+        start += 1
+    return list(lines[start:])

@@ -163,7 +163,8 @@ def _scaled(candidates: Sequence[Candidate], vector_min_spread: float = 0.0, dep
     list whose scores are all equal scales to 1.
 
     With `depth`, the bounds come from the candidates ranked within the first `depth` of their
-    own store (`Candidate.rank`), and one ranked lower scales to 0 at most. Min-max scaling
+    own store (`Candidate.rank`), and one ranked lower scales to 0 at most (to 0 also when those
+    first `depth` all score the same: a list that deep would not have read it). Min-max scaling
     depends on how deep a list was read: the shared search table's query reads `depth` rows for
     every store with records in the scope, so one vault item in a scope made its turns' lists
     twice as deep and re-ranked them (the demo's "What restaurant did Noor find for her
@@ -181,7 +182,10 @@ def _scaled(candidates: Sequence[Candidate], vector_min_spread: float = 0.0, dep
     out = []
     for cand in candidates:
         lo, hi = bounds.get(_list_of(cand), (cand.score, cand.score))
-        out.append(max(0.0, (cand.score - lo) / (hi - lo)) if hi > lo else 1.0)
+        if depth is not None and cand.rank >= depth and not hi > lo:  # below a head of equal scores
+            out.append(0.0)
+        else:
+            out.append(max(0.0, (cand.score - lo) / (hi - lo)) if hi > lo else 1.0)
     return out
 
 

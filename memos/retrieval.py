@@ -181,7 +181,7 @@ async def search(
             if source == "graph":
                 candidates.extend(rows)
             elif name == SHARED:
-                candidates.extend(_shared_candidates(rows, source, views))
+                candidates.extend(_shared_candidates(rows, source, views, per_list))
             else:
                 candidates.extend(rank_rows(name, rows, source, _viewer(views, name, storage.type_table(name).record_type.time_field)))
         hits = fuse(candidates, for_language(request.policy, query, embedder), now, window, depth=per_list)
@@ -289,16 +289,26 @@ def interleave(lists: Sequence[list[Hit]]) -> list[Hit]:
     return out
 
 
-def _shared_candidates(rows: list[dict], source: str, views: dict[tuple[str, str], RowView]) -> list[Candidate]:
+def _shared_candidates(rows: list[dict], source: str, views: dict[tuple[str, str], RowView], depth: int) -> list[Candidate]:
     """Candidates from one shared-table list, ranked within their own store as the per-store
-    lists were (a row a repair left twice counts once)."""
+    lists were (a row a repair left twice counts once); of a full-text list, the first `depth`
+    of each store.
+
+    `memos.ranking.fuse` scales a store's full-text scores by its first `depth` rows, so a row
+    ranked lower adds 0 to a fused score and is left out: the shared list reads `depth` rows
+    per store, most of them one store's, and making candidates of all of them was half of a
+    top-30 search's ranking (README, issue 18). A vector list is scaled over every store's rows
+    at once, so a lower-ranked row of one store may still score: it is kept whole."""
+    limit = depth if source == "text" else len(rows)
     by_store: dict[str, list[dict]] = {}
     seen: set[tuple[str, str]] = set()
     for row in rows:
         key = (row["memory_type"], row["id"])
         if key not in seen:
             seen.add(key)
-            by_store.setdefault(row["memory_type"], []).append(row)
+            kept = by_store.setdefault(row["memory_type"], [])
+            if len(kept) < limit:
+                kept.append(row)
     out: list[Candidate] = []
     for name, store_rows in by_store.items():
         out.extend(rank_rows(name, store_rows, source, _viewer(views, name, EVENT_TIME)))

@@ -31,7 +31,7 @@ from .exceptions import BudgetError, ConfigError
 from .ingest import Message
 from .packing import measure, render_hits
 from .ranking import Hit
-from .paging import ExtractiveSummarizer, Summarizer
+from .paging import ExtractiveSummarizer, Summarizer, newest_lines
 from .read_cache import FORGET, KEEP
 from .scope import Scope
 from .telemetry import span
@@ -97,6 +97,8 @@ class MemorySession:
         self._context_read = False
         """The step's reads were just checked by `record_turn` (the compile that follows need not check again)."""
         self._section_frames: dict[str, int] | None = None
+        self._fixed: dict[bool, tuple[tuple, int]] = {}
+        """The prompt's fixed part counted last, with and without the store counts (`_counted`), by what it showed."""
         self._named: list[str] = []
         """The turn ids the state this session last saved names: the turns in context, then the
         ids drawn for its next turns (`_save_state`)."""
@@ -291,8 +293,16 @@ class MemorySession:
         now = self.memory.clock()
 
         def fixed(with_counts: bool) -> int:
-            return count(render_system_prompt(instructions=self.instructions, blocks=blocks, counts=counts if with_counts else None,
-                                              last_reflection=last_reflection, summary="", memories=(), notice=None, now=now))
+            # rendered and counted again only when what it shows changed (the counts change with
+            # every turn, the rest seldom): two renders and counts of a step were ~3 ms
+            key = (self.instructions, tuple((b.label, b.block_description, b.value, b.limit, b.read_only) for b in blocks),
+                   tuple(counts.items()) if with_counts else None, last_reflection, now.strftime("%Y-%m-%d"))
+            if (found := self._fixed.get(with_counts)) is not None and found[0] == key:
+                return found[1]
+            tokens = count(render_system_prompt(instructions=self.instructions, blocks=blocks, counts=counts if with_counts else None,
+                                                last_reflection=last_reflection, summary="", memories=(), notice=None, now=now))
+            self._fixed[with_counts] = (key, tokens)
+            return tokens
 
         whole, bare = fixed(True), fixed(False)
         core = sum(count(b.value) + count(b.label) + 12 for b in blocks)
@@ -452,7 +462,4 @@ def _newest_part(summary: str, tokens: int, count: Callable[[str], int]) -> str:
     """The newest lines of `summary` that fit in `tokens` (summaries grow at the end)."""
     if tokens <= 0 or not summary:
         return ""
-    lines = summary.splitlines()
-    while lines and count("\n".join(lines)) > tokens:
-        lines.pop(0)
-    return "\n".join(lines)
+    return "\n".join(newest_lines(summary.splitlines(), tokens, count))

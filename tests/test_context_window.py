@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from memos.context_window import DROP_ORDER, BudgetPolicy, SectionSizes, plan_context, render_system_prompt
 from memos.exceptions import BudgetError, ConfigError
 from memos.memtypes import CoreBlock
+from memos.paging import newest_lines
+from memos.tokens import tokenizer_for
 
 POLICY = BudgetPolicy(total=4000)
 
@@ -119,3 +121,20 @@ def test_render_shows_each_block_with_used_and_limit_and_no_fixed_date():
     assert "Name: Alice" in text and "semantic: 3" in text and "- earlier" in text and "PRESSURE" in text
     assert "2031-02-03" in text
     assert "recalled_memories" not in text  # empty sections are left out
+
+
+_TOKENIZER = tokenizer_for("gpt-4o")
+_LINE = st.lists(st.sampled_from(["- [2023-05-08] Ana:", "went", "to", "Lisbon", "!", "\n", "  ", "羽毛球", "ok.", "...", "#"]),
+                 max_size=12).map(" ".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(_LINE, max_size=25), tokens=st.integers(-1, 120), at_least=st.integers(0, 1))
+def test_the_newest_lines_that_fit_are_what_dropping_the_oldest_one_by_one_leaves(lines, tokens, at_least):
+    """`newest_lines` (the running summary's cut) counts the text a few times, not once per line
+    dropped, and keeps exactly what the one-by-one loop kept."""
+    count = _TOKENIZER.count
+    naive = list(lines)
+    while len(naive) > at_least and count("\n".join(naive)) > tokens:
+        naive.pop(0)
+    assert newest_lines(lines, tokens, count, at_least=at_least) == naive

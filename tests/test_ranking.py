@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from memos.ranking import Candidate, RankingPolicy, fuse
 from memos.temporal import parse_time_window
 from memos.memtypes import Episode, Fact
@@ -91,3 +94,22 @@ def test_a_list_read_deeper_keeps_its_scale_when_fused_with_the_depth_it_stands_
     kept = fuse(read_deeper, RankingPolicy(), NOW, depth=3)
     assert [h.id for h in kept][:3] == [h.id for h in shallow] == ["a", "b", "c"]
     assert all(h.parts["fused"] == 0.0 for h in kept if h.id.startswith("z"))  # below the first 3: nothing from the list
+
+
+@settings(max_examples=200, deadline=None)
+@given(depth=st.integers(1, 8), data=st.data())
+def test_a_full_text_candidate_ranked_below_its_stores_depth_adds_nothing(depth, data):
+    """What lets a top-k search make candidates of each store's first `depth` full-text rows only
+    (`memos.retrieval._shared_candidates`): the fused scores of every other hit are the same
+    without the rows below, and those rows score 0 unless another list found them."""
+    lists = []
+    for store in ("episodic", "semantic"):
+        for source in ("vector", "text"):
+            scores = sorted(data.draw(st.lists(st.floats(0, 20, allow_nan=False), max_size=14)), reverse=True)
+            ids = data.draw(st.lists(st.sampled_from("abcdefghijklmnop"), min_size=len(scores), max_size=len(scores), unique=True))
+            lists.append(cands(source, [(ep(f"{store}-{i}"), s) for i, s in zip(ids, scores)], store))
+    whole = fuse([c for cs in lists for c in cs], RankingPolicy(), NOW, depth=depth)
+    cut = fuse([c for cs in lists for c in cs if c.source != "text" or c.rank < depth], RankingPolicy(), NOW, depth=depth)
+    kept = {h.id: h.score for h in cut}
+    for hit in whole:
+        assert abs(kept.get(hit.id, 0.0) - hit.score) < 1e-12
