@@ -368,7 +368,7 @@ class MemoryOS:
         where = Where(scope).status_in(statuses).build()
         known = {name: self.reads.get(("count", name, scope, status)) if cached else FORGET for name in self.types}
         missing = [name for name, value in known.items() if value is FORGET]
-        at = {name: self.reads.at(name) for name in missing}
+        at = {name: await self.storage.label(name) for name in missing}
         counted = await asyncio.gather(*(self.storage.count(name, where) for name in missing))  # one round trip
         for name, value in zip(missing, counted, strict=True):
             known[name] = value
@@ -387,7 +387,7 @@ class MemoryOS:
         either = " OR ".join(f"({Where(s).build()})" for s in scopes)
         where = Where().raw(f"({either})").status_in(statuses).build()
         table = self.storage.type_table(record_type.memory_type)
-        at = self.reads.at(record_type.memory_type)
+        at = await self.storage.label(record_type.memory_type)
         rows = await self.storage.rows(record_type.memory_type, where)
         records = [self._redact(r) for r in sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))]
         self.reads.put(key, record_type.memory_type, records, _unless_added(scopes, statuses), at=at)
@@ -566,7 +566,7 @@ class MemoryOS:
         (`cached` as for `counts`)."""
         if cached and (found := self.reads.get(("state",))) is not FORGET:
             return dict(found)
-        at = self.reads.at(META)
+        at = await self.storage.label(META)
         values = await self.storage.get_meta()
         self.reads.put(("state",), META, values, _state_added, at=at)
         return dict(values)

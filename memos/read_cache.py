@@ -76,7 +76,8 @@ class ReadCache:
 
     def at(self, table: str) -> int | None:
         """The version a read about to start is labelled with (take it before the read: a write
-        of this process that lands while the read is in flight then leaves the value unused)."""
+        of this process that lands while the read is in flight then leaves the value unused;
+        `Storage.label` takes it once the rows this process queued for the table are written)."""
         return self.seen.get(table)
 
     def put(self, key: Hashable, table: str, value: Any, on_add: AddRule | None = None, *, at: int | None = None) -> None:

@@ -238,7 +238,7 @@ async def scope_speakers(storage: Storage, scope: Scope, turns: str) -> SpeakerT
     found = storage.reads.get(key)
     if found is not FORGET:
         return found
-    at = storage.reads.at(turns)
+    at = await storage.label(turns)
     said = _said_column(storage, turns)
     found = await storage.columns(turns, Where(scope).build(), ["actor", said])
     tally = SpeakerTally.of(found["actor"], found[said])

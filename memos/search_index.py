@@ -342,6 +342,7 @@ class SearchIndex:
 
     async def _ranked(self, query: Any, score: str, where: str, limit: int, with_text: bool) -> list[dict[str, Any]]:
         table = self.table
+        self.storage.searching(table)
         extra = ["text"] if with_text else []
         result = await self.storage.read(table, query.select([*RANKED, *extra, score]).limit(limit).where(where).to_arrow)
         rows = [{**ranked_row(text), score: value} for text, value in zip(result[RECORD].to_pylist(), result[score].to_pylist(), strict=True)]

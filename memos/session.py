@@ -162,6 +162,11 @@ class MemorySession:
         ranks them, whether or not its queries see the new row. Returns once both are done, so
         the turn is stored (durable) when the step returns; if storing it fails the step raises
         that error and the turn leaves the working context, as `record_turn` does."""
+        with self.memory.storage.behind.step():  # rows written behind wait for the step to end
+            return await self._step(text, actor=actor, message_id=message_id, occurred_at=occurred_at, importance=importance)
+
+    async def _step(self, text: str, *, actor: str | None, message_id: str | None, occurred_at: datetime | None,
+                    importance: float) -> tuple[Episode, CompiledContext]:
         episode = await self._begin_turn("user", text, actor=actor, message_id=message_id, occurred_at=occurred_at,
                                          importance=importance)
         # the counts the compile plans with, as they are once the turn is stored (read now, before
@@ -214,7 +219,8 @@ class MemorySession:
 
     async def _compile_traced(self, incoming: str | None, counts: dict[str, int] | None = None,
                               stored: asyncio.Future[None] | None = None) -> CompiledContext:
-        with span("memos.compile", user_id=self.scope.user_id, budget=self.budget.total) as current:
+        with span("memos.compile", user_id=self.scope.user_id, budget=self.budget.total) as current, \
+                self.memory.storage.behind.step():  # rows written behind wait for it to end
             ctx = await self._compile(incoming, counts, stored)
             current.set_attribute("tokens", ctx.total_tokens)
             current.set_attribute("evicted", len(ctx.evicted))
@@ -433,7 +439,7 @@ class MemorySession:
 
     async def _refresh_context(self) -> None:
         """Re-read the in-context turns (a scrubbed secret or a consolidation may have changed them)."""
-        at = self.memory.reads.at(self.memory.turn_type)
+        at = await self.memory.storage.label(self.memory.turn_type)
         self.context = await self._load_turns([t.id for t in self.context])
         # remembered as read at the version just checked; adds (e.g. this session's own turns) keep it
         self.memory.reads.put(self._context_key, self.memory.turn_type, None, KEEP, at=at)

@@ -271,6 +271,7 @@ class Storage:
         self._optimizing: dict[int, asyncio.Task[None]] = {}  # a table's background optimize (`_committed`)
         self._sized: dict[int, int] = {}  # a table's rows at its last automatic optimize
         self._resting: dict[int, float] = {}  # when a table may be optimized again (`timer`)
+        self._searched: set[int] = set()  # tables searched in this process (`searching`)
         self._quiet: dict[int, asyncio.TimerHandle] = {}  # a table's optimize once its writes pause (`QUIET_AFTER`)
         self._rewrite_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None  # `rewrite`: one at a time
         self.timer: Callable[[], float] = time.monotonic
@@ -412,6 +413,22 @@ class Storage:
                             table.name, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
             ended = self.timer()
         self._resting[key] = ended + max(COMPACT_GAP, COMPACT_DUTY * (ended - started))
+        if key in self._searched:
+            await self._prewarm(table)
+
+    def searching(self, table: Any) -> None:
+        """`table` is searched in this process: its indexes are loaded again after each automatic optimize."""
+        self._searched.add(id(table))
+
+    async def _prewarm(self, table: Any) -> None:
+        """Load a searched table's indexes, which an optimize has just rebuilt, before a search needs
+        them: the first search of the 100k shared table after one took ~65 ms against ~10 (the chat
+        step after an optimize was the slowest of a chat with pauses; README, issue 18)."""
+        try:
+            for index in await table.list_indices():
+                await table.prewarm_index(index.name)
+        except (OSError, RuntimeError, ValueError) as exc:  # a search loads them anyway
+            log.debug("prewarming the indexes of %s skipped (%s)", table.name, exc)
 
     async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0) -> T:
         """A write to a table that is no memory type's own (the shared search table), counted
@@ -724,6 +741,14 @@ class Storage:
         found = await asyncio.gather(*(self._retrying(h, h.version, 4) for h in handles))
         return dict(zip(names, found, strict=True))
 
+    async def label(self, name: str) -> int | None:
+        """The version to label a read of table `name` about to start with (`ReadCache.at`), once
+        what this process queued for that table is written (`memos.write_behind`): the read would
+        write it first, moving the table past a label taken before, and its value would never be
+        reused (a chat with pauses re-counted the turns' store at every step, 10-25 ms)."""
+        await self.behind.barrier(self.meta if name == META else self.tables[name].table, read=True)
+        return self.reads.at(name)
+
     @contextlib.contextmanager
     def _reporting(self, table: str) -> Iterator[Callable[..., Any]]:
         """Report one write of this process to `reads` (its version; rows, for an add); a write
@@ -762,6 +787,7 @@ class Storage:
 
     async def _ranked(self, memory_type: str, query: Any, score: str, where: str | None, limit: int,
                       columns: Sequence[str] | None) -> list[dict[str, Any]]:
+        self.searching(self.tables[memory_type].table)
         query = query.select([*(columns or self.tables[memory_type].result_columns), score]).limit(limit)
         if columns:
             query = query.with_row_id()

@@ -54,6 +54,8 @@ log = logging.getLogger("memos.storage")
 DELAY = 0.5
 """Seconds the first queued row waits for others before the batch is written."""
 LIMIT = 64
+STEP_WAIT = 1.0
+"""Seconds a due batch waits at most for the chat steps in progress to end."""
 """Queued rows (the turns', history and shared together) that are written at once, without the delay."""
 HISTORY = "_history"
 """The journal's name for history rows (the stores' rows go under their memory type)."""
@@ -114,9 +116,16 @@ class _Batch:
         self.after = after
         """The queue's count of `queue` calls when the batch before this one was taken."""
 
-    def ids(self) -> frozenset[str]:
-        return frozenset(r["id"] for r in self.shared) | frozenset(
-            i for tables in self.typed.values() for t in tables for i in t.column("id").to_pylist())
+    def ids(self) -> dict[str, frozenset[str]]:
+        """The records the batch writes, by the table they go to (history and state: those it writes to)."""
+        found = {name: frozenset(i for t in tables for i in t.column("id").to_pylist()) for name, tables in self.typed.items()}
+        if self.shared:
+            found[SHARED] = frozenset(r["id"] for r in self.shared)
+        if self.history:
+            found[HISTORY] = frozenset(r["record_id"] for r in self.history)
+        if self.state:
+            found[STATE] = frozenset(self.state)
+        return found
 
 
 class WriteBehind:
@@ -134,13 +143,14 @@ class WriteBehind:
         self._state: dict[str, str] = {}  # state entries, the newest value of each key (journaled)
         self._segments: list[Segment] = []  # journal segments of rows taken off the queue and not yet all written
         self._writing: concurrent.futures.Future[None] | None = None  # the batch being written...
-        self._writing_ids: frozenset[str] = frozenset()  # ...and its records
+        self._writing_ids: dict[str, frozenset[str]] = {}  # ...and its records, by table (`_Batch.ids`)
         self._queued = 0  # `queue` calls so far...
         self._taken = 0  # ...and how many of them the batches taken so far hold
         self._waiting: asyncio.Task[None] | None = None  # the task that writes once the delay is over
         self._now: asyncio.Event | None = None  # set: that task writes at once
         self._tasks: set[asyncio.Task[None]] = set()
         self.delay = DELAY
+        self._steps = 0  # chat steps in progress (`step`)
         self._root = str(journal.root.resolve()) if journal is not None else None
         if self._root is not None:
             with _SIBLINGS_LOCK:
@@ -201,6 +211,13 @@ class WriteBehind:
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(now.wait(), self.delay)
+            # not in the middle of a chat step: its commits would compete with the step's queries
+            # for the cores (a step that met a batch took twice as long); right after it, they
+            # run while the model answers
+            waited = 0.0
+            while self._steps and waited < STEP_WAIT:
+                await asyncio.sleep(0.005)
+                waited += 0.005
         except asyncio.CancelledError:  # the loop is ending: write the queue before this task ends
             self._release()
             _CLOSING.set(True)  # and start no compaction that would outlive the loop
@@ -208,6 +225,16 @@ class WriteBehind:
             raise
         self._release()
         await self._flush_logged()
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """A chat step runs inside this block: the delay's batch waits for it to end (up to
+        `STEP_WAIT`); reads and writes that need the rows still write them at once."""
+        self._steps += 1
+        try:
+            yield
+        finally:
+            self._steps -= 1
 
     async def _flush_logged(self) -> None:
         """`flush` from the delay's task: a failure is logged (the rows stay queued and journaled)."""
@@ -265,13 +292,13 @@ class WriteBehind:
         """Whether rows of table `name` wait here or are being written, other than `excused` records."""
         if self._writing is None and self._empty():
             return False
+        writing = self._writing_ids.get(name, frozenset()) if self._writing is not None else frozenset()
         if name == HISTORY:
-            return bool(self._history) or self._writing is not None
+            return bool(self._history or writing)
         if name == STATE:
-            return bool(self._state) or self._writing is not None
+            return bool(self._state or writing)
         ids = {row["id"] for row in self._shared} if name == SHARED else set(self._typed_ids.get(name, ()))
-        if self._writing is not None:
-            ids |= self._writing_ids
+        ids |= writing
         return bool(ids) and not ids.issubset(excused)
 
     @staticmethod
