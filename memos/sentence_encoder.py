@@ -14,7 +14,7 @@ Texts are sorted by length and encoded in batches of at most `batch_size` texts 
 small (32 texts of 256 tokens would need ~100 MB per layer for them at once); like
 sentence-transformers, a text longer than the model's `max_seq_length` is truncated.
 
-BLAS threads are chosen per call (`encode_threads`): as many as the machine has idle cores,
+BLAS threads are chosen per call (`encode_threads`): as many as other processes leave idle,
 one at least. OpenBLAS's threads wait for each other at every product, so when other processes
 hold the cores a second thread stalls the first: on 2 cores at load 11-15 one thread encoded
 LOCOMO turns 3-4x faster than two (26-31 against 6-10 turns/s, same run, alternating).
@@ -26,6 +26,8 @@ import contextlib
 import json
 import math
 import os
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SentenceEncoder", "encode_threads"]
+__all__ = ["SentenceEncoder", "encode_threads", "free_cores"]
 
 _F32 = np.float32
 _SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "I64": np.int64}
@@ -230,17 +232,72 @@ class _Work:
 
 
 def encode_threads() -> int:
-    """BLAS threads for one encode call: `MEMOS_ENCODER_THREADS` if set, else the cores not
-    busy with other work (this machine's cores less its 1-minute load average, plus one for
-    the caller itself), one at least."""
+    """BLAS threads for one encode call: `MEMOS_ENCODER_THREADS` if set, else the cores other
+    processes leave free (`free_cores`), one at least."""
     if configured := os.environ.get("MEMOS_ENCODER_THREADS"):
         return max(1, int(configured))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # not available on this platform
-        return cores
-    return max(1, min(cores, int(cores - load) + 1))
+    others = _OTHERS.busy()
+    if others is None:  # no /proc/stat: the load average, this process's share unknown
+        try:
+            others = max(0.0, os.getloadavg()[0] - 1.0)
+        except OSError:  # not available on this platform
+            return cores
+    return free_cores(cores, others)
+
+
+def free_cores(cores: int, others: float) -> int:
+    """The cores left when other processes keep `others` of them busy, one at least."""
+    return max(1, min(cores, round(cores - others)))
+
+
+class _OtherProcesses:
+    """How many cores other processes (and other virtual machines: steal time) kept busy since
+    the last look, from /proc/stat less this process's own CPU time.
+
+    The 1-minute load average, used before, counts this process too and lags a minute: an ingest
+    that kept both cores busy read as a busy machine, and so did the minute after another process
+    ended, and it encoded on one thread (89 turns/s of LOCOMO on an idle machine; the encoder
+    alone did 168 texts/s on two threads against 107 on one; README, issue 18)."""
+
+    MIN_INTERVAL = 0.05
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[float, float, float] | None = None  # wall, machine busy s, own CPU s
+        self._busy: float | None = None
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def busy(self) -> float | None:
+        """Cores busy with other work since the last call (the first call looks for `MIN_INTERVAL`)."""
+        with self._lock:
+            now = self._sample()
+            if now is None:
+                return None
+            if self._last is None:
+                time.sleep(self.MIN_INTERVAL)
+                self._last, now = now, self._sample()
+                if now is None:
+                    return None
+            wall = now[0] - self._last[0]
+            if wall >= self.MIN_INTERVAL or self._busy is None:
+                self._busy = max(0.0, (now[1] - self._last[1]) - (now[2] - self._last[2])) / max(wall, 1e-9)
+                self._last = now
+            return self._busy
+
+    def _sample(self) -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat", "rb") as f:
+                fields = f.readline().split()
+        except OSError:
+            return None
+        # cpu user nice system idle iowait irq softirq steal ...: busy is all but idle and iowait
+        ticks = [int(x) for x in fields[1:9]]
+        busy = sum(ticks) - ticks[3] - ticks[4]
+        return time.monotonic(), busy / self._tick, time.process_time()
+
+
+_OTHERS = _OtherProcesses()
 
 
 _BLAS: Any = None

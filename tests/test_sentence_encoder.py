@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,28 @@ def test_thread_count_changes_no_vector(embedder, reference, monkeypatch):
     assert _cosines(one, encoder.encode(texts)).min() > 0.99999
     monkeypatch.delenv("MEMOS_ENCODER_THREADS")
     assert 1 <= encode_threads() <= (os.cpu_count() or 1)
+
+
+def test_the_encoder_takes_the_cores_other_processes_leave_free():
+    """This process's own work is no reason to encode on fewer threads; other processes' is."""
+    from memos.sentence_encoder import _OtherProcesses, free_cores
+
+    assert free_cores(2, others=0.0) == 2
+    assert free_cores(2, others=0.3) == 2
+    assert free_cores(2, others=1.2) == 1
+    assert free_cores(2, others=9.0) == 1  # one at least
+    assert free_cores(4, others=1.0) == 3
+    # this process keeping a core busy is not counted as another's
+    others = _OtherProcesses()
+    if others.busy() is None:
+        return  # no /proc/stat here
+    machine = others._sample()
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        sum(i * i for i in range(1000))
+    seen, after = others.busy(), others._sample()
+    busy_cores = (after[1] - machine[1]) / (after[0] - machine[0])  # every process's, this one's too
+    assert seen <= busy_cores - 0.5, (seen, busy_cores)
 
 
 async def test_embedder_keeps_the_name_and_dim_stores_record(embedder):
