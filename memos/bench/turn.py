@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._malloc import freeze_startup_objects
 from ..scope import Scope
 from ..session import MemorySession
 from ._stats import peak_rss_mb, percentiles
@@ -42,6 +43,7 @@ async def run_turn_bench(records: int, *, path: str | Path | None = None, turns:
     rng = random.Random(seed + 2)
     scope = Scope(f"user{rng.randrange(USERS):02d}", "agent", f"bench-{rng.randrange(10**6)}")
     session = await MemorySession.open(memory, scope, budget=budget)
+    freeze_startup_objects()  # as `memos chat` does once it has started
     parts: dict[str, list[float]] = {"user_step": [], "record_reply": [], "total": []}
     for step in range(turns + WARMUP):
         message = f"Do you remember when {random_sentence(rng)}"

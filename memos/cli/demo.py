@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .._malloc import freeze_startup_objects
 from .._sync import run_sync
 from ..scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, emit_json, fail, guarded
@@ -99,6 +100,7 @@ def chat(
     bot = memory.agent(chosen, Scope(user, agent, session), budget=budget, manager_model=None if model == "test" else chosen,
                        approve=lambda call: typer.confirm(f"Reveal vault item {call.args}?", default=False))
     inputs = iter(message) if message else None
+    freeze_startup_objects()  # no full collection's pause inside a reply (memos._malloc)
     while True:
         try:
             text = next(inputs) if inputs is not None else typer.prompt("you", prompt_suffix="> ")
