@@ -106,6 +106,8 @@ class MemorySession:
         """The running summary and eviction count that state holds."""
         self._summary_cut: tuple[str, int, str] = ("", 0, "")
         """The running summary, a token count and its newest part that fits it (see `_newest_summary`)."""
+        self._rereading = False
+        """A re-read of the turns in context waits for the turns' table's next optimize (`_reread_context`)."""
 
     @classmethod
     async def open(
@@ -212,6 +214,9 @@ class MemorySession:
                 if isinstance(stored, BaseException) and episode in self.context:
                     self.context.remove(episode)
                 raise outcome
+        if not self._rereading:
+            self._rereading = True
+            self.memory.storage.after_optimize(self.memory.turn_type, self._reread_context)
 
     async def compile(self, incoming: str | None = None) -> CompiledContext:
         """Build this step's prompt within the budget (active retrieval + paging + rendering)."""
@@ -441,8 +446,29 @@ class MemorySession:
         """Re-read the in-context turns (a scrubbed secret or a consolidation may have changed them)."""
         at = await self.memory.storage.label(self.memory.turn_type)
         self.context = await self._load_turns([t.id for t in self.context])
+        self._context_was_read(at)
+
+    def _context_was_read(self, at: int | None) -> None:
         # remembered as read at the version just checked; adds (e.g. this session's own turns) keep it
         self.memory.reads.put(self._context_key, self.memory.turn_type, None, KEEP, at=at)
+
+    async def _reread_context(self) -> None:
+        """The turns in context read again once this process has optimized the turns' table
+        (`Storage.after_optimize`): an optimize makes every read of a table look stale, so the
+        next step would re-read them first (10-20 ms of that step on the 100k bench store, every
+        ~12 exchanges; README, issue 18); this reads them while the conversation pauses. Kept only
+        if the context is as it was when the read began and every turn was found; otherwise the
+        next step reads them as before."""
+        self._rereading = False
+        await self.memory.check_versions()
+        if self.memory.reads.get(self._context_key) is not FORGET:
+            return
+        ids = [t.id for t in self.context]
+        at = await self.memory.storage.label(self.memory.turn_type)
+        turns = await self._load_turns(ids)
+        if [t.id for t in turns] == ids == [t.id for t in self.context]:
+            self.context = turns
+            self._context_was_read(at)
 
     @property
     def _context_key(self) -> tuple[str, str]:

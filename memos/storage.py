@@ -20,6 +20,7 @@ import random
 import re
 import time
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -272,6 +273,7 @@ class Storage:
         self._sized: dict[int, int] = {}  # a table's rows at its last automatic optimize
         self._resting: dict[int, float] = {}  # when a table may be optimized again (`timer`)
         self._searched: set[int] = set()  # tables searched in this process (`searching`)
+        self._after_optimize: dict[int, list[weakref.WeakMethod[Callable[[], Awaitable[None]]]]] = {}  # `after_optimize`
         self._quiet: dict[int, asyncio.TimerHandle] = {}  # a table's optimize once its writes pause (`QUIET_AFTER`)
         self._rewrite_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None  # `rewrite`: one at a time
         self.timer: Callable[[], float] = time.monotonic
@@ -415,6 +417,19 @@ class Storage:
         self._resting[key] = ended + max(COMPACT_GAP, COMPACT_DUTY * (ended - started))
         if key in self._searched:
             await self._prewarm(table)
+        for ref in self._after_optimize.pop(key, []):
+            if (hook := ref()) is not None and not _ending():
+                try:
+                    await hook()
+                except Exception as exc:  # a read ahead of need: the reader reads it when it needs it
+                    log.debug("a read after optimizing %s skipped (%s)", table.name, exc)
+
+    def after_optimize(self, name: str, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run `hook`, a bound method held weakly, once the next automatic optimize of memory type
+        `name`'s table in this process has ended: to read again ahead of need what that optimize
+        made every read of the table look stale (`MemorySession`'s turns in context). Once per
+        call; an error it raises is logged at debug level and dropped."""
+        self._after_optimize.setdefault(id(self.tables[name].table), []).append(weakref.WeakMethod(hook))
 
     def searching(self, table: Any) -> None:
         """`table` is searched in this process: its indexes are loaded again after each automatic optimize."""

@@ -421,3 +421,50 @@ async def test_a_searched_tables_indexes_are_loaded_again_after_its_optimize(mem
     names = {i.name for i in await storage.search.table.list_indices()}
     assert {entry.split(":", 1)[1] for entry in loaded} == names
     assert all(entry.startswith(storage.search.table.name + ":") for entry in loaded)
+
+
+async def test_the_turns_in_context_are_read_again_after_this_process_optimizes_their_table(mem: MemoryOS, db_path: Path, embedder,
+                                                                                            monkeypatch):
+    """An optimize makes every read of the turns' table look stale, so the next step re-read the
+    turns in context first (10-20 ms of that step on the 100k store); the optimize's task reads
+    them instead, and what changed in a turn meanwhile is in the context the step then uses."""
+    session = await MemorySession.open(mem, ALICE)
+    first = await session.record_turn("user", "the ferry leaves at nine")
+    await session.record_turn("assistant", "nine it is")
+    await mem.storage.settle()
+    # another writer changes a turn in context (as a vault tool scrubbing a secret would)
+    other = await MemoryOS.open(db_path, embedder=embedder)
+    await other.update(ALICE, "episodic", first.id, {"summary": "the ferry leaves at ten"}, actor="editor")
+    table = mem.storage.type_table("episodic").table
+    refreshed: list[int] = []
+    refresh = session._refresh_context
+
+    async def counted() -> None:
+        refreshed.append(1)
+        await refresh()
+
+    monkeypatch.setattr(session, "_refresh_context", counted)
+    await mem.storage._optimize(table, id(table))  # as the automatic one ends
+    assert [t.summary for t in session.context] == ["the ferry leaves at ten", "nine it is"]
+    _, context = await session.step("when does the ferry leave?")
+    assert refreshed == []  # the step found them read
+    assert [t.summary for t in context.recent_turns][:1] == ["the ferry leaves at ten"]
+
+    # a session whose context changed while the read ran keeps its own; its next step reads
+    await mem.storage.settle()
+    await other.update(ALICE, "episodic", first.id, {"summary": "the ferry leaves at eleven"}, actor="editor")
+    load = session._load_turns
+
+    async def meanwhile(ids):
+        found = await load(ids)
+        session.context = session.context[1:]  # as an eviction would
+        return found
+
+    monkeypatch.setattr(session, "_load_turns", meanwhile)
+    await session.record_turn("assistant", "at ten then")  # waits for the next optimize again
+    before = [t.id for t in session.context]
+    await mem.storage._optimize(table, id(table))
+    assert [t.id for t in session.context] == before[1:]  # not replaced by the read's list
+    monkeypatch.setattr(session, "_load_turns", load)
+    await session.step("and the ferry back?")
+    assert refreshed == [1]
