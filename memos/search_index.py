@@ -46,7 +46,7 @@ from .scope import sql_in, sql_string
 if TYPE_CHECKING:
     from .storage import Storage
 
-__all__ = ["EVENT_TIME", "Gathered", "RANKED", "RECORD", "SEARCH_META", "SEARCH_TABLE", "SearchIndex", "mirrored", "ranked_row",
+__all__ = ["EVENT_TIME", "Gathered", "RANKED", "RECORD", "SEARCH_META", "SEARCH_TABLE", "SearchIndex", "mirrored", "ranked_row", "ranked_rows",
            "record_row", "record_text"]
 
 log = logging.getLogger("memos.search_index")
@@ -109,10 +109,23 @@ def record_text(record_type: type[MemoryRecord], row: dict[str, Any]) -> str:
 def ranked_row(text: str) -> dict[str, Any]:
     """What ranking reads of a candidate, from its `RECORD` (the record itself is kept as text
     under `RECORD` until the candidate is known to be returned: `record_row`)."""
-    head, body = text.split("\n", 1)
-    memory_type, record_id, importance, micros = json.loads(head)
-    when = _EPOCH + timedelta(microseconds=micros)
-    return {"memory_type": memory_type, "id": record_id, "importance": importance, EVENT_TIME: when, "created_at": when, RECORD: body}
+    return ranked_rows([text])[0]
+
+
+def ranked_rows(texts: Sequence[str]) -> list[dict[str, Any]]:
+    """`ranked_row` of each of a query's candidates; their first lines are parsed as one JSON
+    text (a query returns 100-300 candidates: half the time of parsing them one by one)."""
+    heads, bodies = [], []
+    for text in texts:
+        head, body = text.split("\n", 1)
+        heads.append(head)
+        bodies.append(body)
+    rows = []
+    for (memory_type, record_id, importance, micros), body in zip(json.loads(f"[{','.join(heads)}]"), bodies, strict=True):
+        when = _EPOCH + timedelta(microseconds=micros)
+        rows.append({"memory_type": memory_type, "id": record_id, "importance": importance, EVENT_TIME: when, "created_at": when,
+                     RECORD: body})
+    return rows
 
 
 def record_row(record_type: type[MemoryRecord], body: str) -> dict[str, Any]:
@@ -345,7 +358,9 @@ class SearchIndex:
         self.storage.searching(table)
         extra = ["text"] if with_text else []
         result = await self.storage.read(table, query.select([*RANKED, *extra, score]).limit(limit).where(where).to_arrow)
-        rows = [{**ranked_row(text), score: value} for text, value in zip(result[RECORD].to_pylist(), result[score].to_pylist(), strict=True)]
+        rows = ranked_rows(result[RECORD].to_pylist())
+        for row, value in zip(rows, result[score].to_pylist(), strict=True):
+            row[score] = value
         for name in extra:
             for row, value in zip(rows, result[name].to_pylist(), strict=True):
                 row[name] = value

@@ -54,9 +54,9 @@ log = logging.getLogger("memos.storage")
 DELAY = 0.5
 """Seconds the first queued row waits for others before the batch is written."""
 LIMIT = 64
+"""Queued rows (the turns', history and shared together) that are written at once, without the delay."""
 STEP_WAIT = 1.0
 """Seconds a due batch waits at most for the chat steps in progress to end."""
-"""Queued rows (the turns', history and shared together) that are written at once, without the delay."""
 HISTORY = "_history"
 """The journal's name for history rows (the stores' rows go under their memory type)."""
 STATE = "_meta"

@@ -11,7 +11,7 @@ from memos import MemoryOS, Scope
 from memos.bench.scale import HashedTokens
 from memos.memtypes import Episode, Fact, Procedure, VaultItem
 from memos.portability import export_scope, forget_user, import_lines
-from memos.search_index import RECORD, SEARCH_META, ranked_row
+from memos.search_index import RECORD, SEARCH_META, ranked_row, ranked_rows
 
 
 async def shared_rows(mem: MemoryOS) -> dict[tuple[str, str], dict]:
@@ -33,6 +33,8 @@ async def assert_mirrored(mem: MemoryOS) -> None:
     filter columns, its text and the whole record a search returns (secret fields blank)."""
     shared, typed = await shared_rows(mem), await typed_rows(mem)
     assert set(shared) == set(typed)
+    texts = [row[RECORD] for row in shared.values()]
+    assert ranked_rows(texts) == [ranked_row(text) for text in texts]  # a query's rows parsed at once, the same
     for key, row in typed.items():
         assert {k: shared[key][k] for k in ("user_id", "status", "updated_at", "text")} == \
             {k: row[k] for k in ("user_id", "status", "updated_at", "text")}, key
