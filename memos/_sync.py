@@ -14,11 +14,12 @@ import functools
 import inspect
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-__all__ = ["BEST_EFFORT_GRACE", "best_effort", "run_sync", "with_sync_methods"]
+__all__ = ["BEST_EFFORT_GRACE", "EXIT_SETTLE", "best_effort", "run_sync", "with_sync_methods"]
 
 T = TypeVar("T")
 
@@ -27,6 +28,14 @@ _thread: threading.Thread | None = None
 _lock = threading.Lock()
 log = logging.getLogger("memos")
 _best_effort: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+EXIT_SETTLE = 0.1
+"""Seconds exit waits once memos' loop has stopped, before the interpreter finalizes. A LanceDB
+call resolves its Python future from one of LanceDB's own threads, which holds a Python thread
+state for a moment after the result is delivered; the interpreter finalizing in that moment
+aborts the process ("PyGILState_Release: thread state ... must be current when releasing", exit
+134). Rows a chat wrote at exit (`memos.write_behind`) made it likely: 9 of 170 runs of a
+`chat_sync` script that ends at once, on two loaded cores; 0 of 80 with this wait."""
 
 BEST_EFFORT_GRACE = 2.0
 """Seconds exit waits for best-effort background work (a table's automatic compaction) before
@@ -111,6 +120,7 @@ def _stop_background_loop() -> None:
     loop.call_soon_threadsafe(loop.stop)
     if thread is not None:
         thread.join(timeout=10)
+    time.sleep(EXIT_SETTLE)  # LanceDB's threads let go of Python before it finalizes
 
 
 def run_sync(awaitable: Awaitable[T]) -> T:

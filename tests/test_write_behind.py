@@ -127,17 +127,22 @@ async def test_forgetting_a_user_leaves_none_of_their_waiting_rows_behind(mem: M
     assert await mem.search("Saffran", ALICE) == []
 
 
-EXITING = textwrap.dedent('''
+CHAT_TURN = textwrap.dedent('''
     import asyncio, os, sys
     os.environ["LANCE_LOG"] = "error"
     from memos import MemoryOS, Scope
     from memos.session import MemorySession
 
-    async def main(db, how):
+    async def chat_turn(db, text):
+        """A store with one chat turn waiting in this process's journal (nothing written by the delay)."""
         mem = await MemoryOS.open(db, embedder=None)
         mem.storage.behind.delay = 60
         session = await MemorySession.open(mem, Scope("alice", "bot", "s1"))
-        turn = await session.record_turn("user", "the spare key is under the blue pot")
+        return mem, await session.record_turn("user", text)
+''')
+EXITING = CHAT_TURN + textwrap.dedent('''
+    async def main(db, how):
+        mem, turn = await chat_turn(db, "the spare key is under the blue pot")
         print(turn.id, len(mem.storage.behind), flush=True)
         if how == "kill":
             os._exit(0)  # a crash: nothing runs after this
@@ -267,17 +272,9 @@ def test_a_segment_left_after_its_rows_were_written_or_with_a_torn_entry_adds_no
     asyncio.run(written_once())
 
 
-HOLDING = textwrap.dedent('''
-    import asyncio, os, sys
-    os.environ["LANCE_LOG"] = "error"
-    from memos import MemoryOS, Scope
-    from memos.session import MemorySession
-
+HOLDING = CHAT_TURN + textwrap.dedent('''
     async def main(db, go):
-        mem = await MemoryOS.open(db, embedder=None)
-        mem.storage.behind.delay = 60
-        session = await MemorySession.open(mem, Scope("alice", "bot", "s1"))
-        turn = await session.record_turn("user", "the bike is at the station")
+        mem, turn = await chat_turn(db, "the bike is at the station")
         print(turn.id, flush=True)
         while not os.path.exists(go):  # the test opens the store meanwhile
             await asyncio.sleep(0.02)
