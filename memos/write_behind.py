@@ -214,10 +214,10 @@ class WriteBehind:
             # not in the middle of a chat step: its commits would compete with the step's queries
             # for the cores (a step that met a batch took twice as long); right after it, they
             # run while the model answers
-            waited = 0.0
-            while self._steps and waited < STEP_WAIT:
+            loop = asyncio.get_running_loop()
+            until = loop.time() + STEP_WAIT  # by the clock: a loaded machine's 5 ms sleeps take longer
+            while self._steps and loop.time() < until:
                 await asyncio.sleep(0.005)
-                waited += 0.005
         except asyncio.CancelledError:  # the loop is ending: write the queue before this task ends
             self._release()
             _CLOSING.set(True)  # and start no compaction that would outlive the loop
