@@ -101,6 +101,25 @@ async def test_embedder_keeps_the_name_and_dim_stores_record(embedder):
     assert sum(a * b for a, b in zip(query, vectors[0], strict=True)) > 0.9999
 
 
+async def test_the_local_embedder_hands_the_encoder_whole_calls(embedder, reference, monkeypatch):
+    """An ingest's texts reach the encoder LOCAL_BATCH at a time, not a remote API's 64: the
+    encoder sorts a call by length, so a bigger call pads less (LOCOMO: 95 -> 140 texts/s)."""
+    import memos.embeddings as embeddings
+
+    texts = reference[0][:150]
+    calls: list[int] = []
+    encoder = local_encoder()
+    encode = type(encoder).encode
+    monkeypatch.setattr(type(encoder), "encode", lambda self, batch: (calls.append(len(batch)), encode(self, batch))[1])
+    assert embedder.batch_size == embeddings.LOCAL_BATCH >= 1024
+    whole = await embedder.embed_documents(texts)
+    assert calls == [150]
+    calls.clear()
+    small = await embeddings.TextEmbedder(embedder.name, embedder.dim, embedder.embedder, batch_size=64).embed_documents(texts)
+    assert calls == [64, 64, 22]
+    assert _cosines(np.array(whole), np.array(small)).min() > 0.99999
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None, reason="sentence-transformers not installed")
 def test_vectors_match_live_sentence_transformers(embedder, reference):
