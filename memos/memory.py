@@ -48,6 +48,10 @@ _BOOKKEEPING = {"status", "valid_from", "valid_to", "superseded_by", "source_ids
                 "access_count", "last_accessed"}
 OCC_ATTEMPTS = 20
 """How often a user's update is re-applied to a record another writer changed meanwhile."""
+INGEST_CHUNK = 1024
+"""Turns `ingest` embeds and writes at once: the local encoder pads less the more texts a call
+holds (`embeddings.LOCAL_BATCH`); `memos ingest` of LOCOMO dev ran at 105-107 turns/s 256 at a
+time and 116-119 at 1,024."""
 
 
 def _default_clock() -> datetime:
@@ -679,10 +683,11 @@ class MemoryOS:
         they name, when `entity_links` is on); returns them. `behind`: they are journaled and written
         to their tables in batches a moment later (`memos.write_behind`: a chat's turns)."""
         episodes = list(episodes)
-        for start in range(0, len(episodes), 512):
-            await self._add(scope, episodes[start : start + 512], actor=actor, behind=behind)
+        for start in range(0, len(episodes), INGEST_CHUNK):
+            chunk = episodes[start : start + INGEST_CHUNK]
+            await self._add(scope, chunk, actor=actor, behind=behind)
             if self.entity_links and "entity" in self.types:  # raw-mode entity links (memos.graph)
-                await self.graph.link(scope, episodes[start : start + 512], actor=actor)
+                await self.graph.link(scope, chunk, actor=actor)
         return episodes
 
     # --- maintenance ---------------------------------------------------------------------

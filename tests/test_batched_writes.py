@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from memos import MemoryOS, Scope
+import memos.memory as memory_module
 from memos.embeddings import TextEmbedder
 from memos.memtypes import Episode, Fact, Procedure
 from memos.storage import Storage
@@ -88,9 +89,10 @@ async def test_one_add_embeds_each_distinct_text_once_and_commits_once_per_table
     assert len(vectors) == 2 and vectors[0]["vector"] == vectors[1]["vector"]
 
     recording.batches.clear()
+    monkeypatch.setattr(memory_module, "INGEST_CHUNK", 400)
     turns = [{"speaker": "ann" if i % 2 else "bob", "text": f"turn number {i} about tomatoes"} for i in range(600)]
     await mem.ingest(Scope("ann"), turns)
-    assert [len(b) for b in recording.batches] == [512, 88]  # one batch per chunk of the call
+    assert [len(b) for b in recording.batches] == [400, 200]  # one batch per chunk of the call
 
 
 async def test_an_embedder_failure_leaves_every_store_as_it_was(db_path, embedder, vault_key):

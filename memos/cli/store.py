@@ -83,7 +83,7 @@ def ingest(
     user: UserOption = "default",
     agent: Annotated[str | None, typer.Option(help="Agent id of the scope.")] = None,
     session: Annotated[str | None, typer.Option(help="Session id of the scope.")] = None,
-    batch: Annotated[int, typer.Option(min=1, help="Messages per write.")] = 256,
+    batch: Annotated[int, typer.Option(min=1, help="Messages per write (and per embedding call).")] = 1024,
 ) -> None:
     """Store a file: messages (JSONL / JSON list) or a LOCOMO file as episodic turns, or a text
     document (.txt, .md, ...) as chunked resource memory. Raw mode: no model."""
