@@ -24,7 +24,8 @@ async def rebuild_tables(storage: Storage, embedder: TextEmbedder,
                          progress: Callable[[int, int], None] | None = None) -> int:
     """Rebuild each type's table with `embedder`'s vectors; returns the number of rows re-embedded.
 
-    `progress(done, total)` is called as rows are embedded (batches of 256)."""
+    `progress(done, total)` is called as rows are embedded (batches of 256, or the embedder's own
+    call size when larger: the local encoder pads less in longer calls)."""
     total = sum([await t.table.count_rows() for t in storage.tables.values()]) if progress else 0
     meta = await storage.get_meta()
     physical: dict[str, str] = json.loads(meta.get("tables", "{}"))
@@ -37,8 +38,9 @@ async def rebuild_tables(storage: Storage, embedder: TextEmbedder,
         for record in records:
             record.text = record.search_text()
         vectors: list[list[float]] = []
-        for start in range(0, len(records), 256):
-            vectors += await embedder.embed_documents([r.index_text() for r in records[start:start + 256]])
+        step = max(256, getattr(embedder, "batch_size", 256))
+        for start in range(0, len(records), step):
+            vectors += await embedder.embed_documents([r.index_text() for r in records[start:start + step]])
             if progress:
                 progress(done + len(vectors), total)
         new_name = f"{name}_g{generation}"
