@@ -38,7 +38,7 @@ async def rebuild_tables(storage: Storage, embedder: TextEmbedder,
         for record in records:
             record.text = record.search_text()
         vectors: list[list[float]] = []
-        step = max(256, getattr(embedder, "batch_size", 256))
+        step = max(256, embedder.batch_size)
         for start in range(0, len(records), step):
             vectors += await embedder.embed_documents([r.index_text() for r in records[start:start + step]])
             if progress:

@@ -108,9 +108,13 @@ async def test_the_local_embedder_hands_the_encoder_whole_calls(embedder, refere
 
     texts = reference[0][:150]
     calls: list[int] = []
-    encoder = local_encoder()
-    encode = type(encoder).encode
-    monkeypatch.setattr(type(encoder), "encode", lambda self, batch: (calls.append(len(batch)), encode(self, batch))[1])
+    encode = type(local_encoder()).encode
+
+    def counted(self, batch):
+        calls.append(len(batch))
+        return encode(self, batch)
+
+    monkeypatch.setattr(type(local_encoder()), "encode", counted)
     assert embedder.batch_size == embeddings.LOCAL_BATCH >= 1024
     whole = await embedder.embed_documents(texts)
     assert calls == [150]
