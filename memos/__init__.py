@@ -1,6 +1,6 @@
 """memos: an operating-system-style memory for long-running LLM agents.
 
-    from memos import MemoryOS, Scope
+    from . import MemoryOS, Scope
 
     mem = MemoryOS.open_sync("memos-data")            # local LanceDB dir, offline embedder
     alice = Scope("alice")
@@ -39,7 +39,7 @@ from .exceptions import (  # noqa: E402
     UnknownMemoryTypeError,
 )
 from .model_backend import model_backend, provide, register_backend  # noqa: E402
-from .scope import Scope  # noqa: E402
+from memos.store.scope import Scope  # noqa: E402
 
 # The facade and what it pulls in (LanceDB, pyarrow, tiktoken) load on first use of a name below,
 # so `import memos` (and `memos --help`) costs no storage import (PEP 562 module __getattr__).
@@ -68,19 +68,19 @@ def __dir__() -> list[str]:
 
 def _pydantic_ai_backend() -> object:
     """The agents' implementation of what the kernel asks of a model (`memos.model_backend`)."""
-    from .agents.backend import BACKEND
+    from memos.agents.backend import BACKEND
 
     return BACKEND
 
 
 async def _open_session(memory: MemoryOS, scope: Scope, **options: object) -> object:
-    from .session import MemorySession
+    from memos.context.session import MemorySession
 
     return await MemorySession.open(memory, scope, **options)  # type: ignore[arg-type]
 
 
 def _open_scheduler(memory: MemoryOS, **options: object) -> object:
-    from .jobs import open_scheduler
+    from memos.jobs.runs import open_scheduler
 
     return open_scheduler(memory, **options)  # type: ignore[arg-type]
 

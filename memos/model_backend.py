@@ -7,7 +7,7 @@ pydantic-ai implementation (`memos.agents.backend`) is registered by the package
 (`memos/__init__.py`), lazily, so `import memos` does not load pydantic-ai; a test or an
 application may register another one.
 
-The summarizer of paging is the same idea on a smaller scale: `memos.paging.Summarizer`.
+The summarizer of paging is the same idea on a smaller scale: `memos.context.paging.Summarizer`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .exceptions import ConfigError
 
 if TYPE_CHECKING:  # annotations only: `import memos` (and `memos --help`) stays free of pydantic
-    from memos.memtypes import MemoryRecord
+    from .memtypes import MemoryRecord
 
-    from .scope import Scope
+    from memos.store.scope import Scope
 
 __all__ = ["ConflictDecision", "Insight", "ModelBackend", "model_backend", "opener", "provide", "register_backend"]
 
@@ -96,7 +96,7 @@ _OPENERS: dict[str, Callable[..., Any]] = {}
 def provide(entry: str, opener: Callable[..., Any]) -> None:
     """Register what `MemoryOS.session`, `MemoryOS.scheduler` or `MemoryOS.agent` opens.
 
-    The modules that provide them (`memos.session`, `memos.jobs`, `memos.agents`) use the facade,
+    The modules that provide them (`memos.context.session`, `memos.jobs.runs`, `memos.agents`) use the facade,
     so the facade cannot import them without a circle; the package root registers them
     (`memos/__init__.py`), and an application may register its own. This registry lives here,
     not in the facade's module, so that registering costs no LanceDB import (`memos --help`)."""
