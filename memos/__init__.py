@@ -23,6 +23,8 @@ _os.environ.setdefault("LANCEDB_LOG", _os.environ["LANCE_LOG"] or "error")
 # logs a deprecation WARN naming this variable, even at the error level.
 _os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
 
+from memos.store.scope import Scope  # noqa: E402
+
 from .exceptions import (  # noqa: E402
     BudgetError,
     ConfigError,
@@ -39,13 +41,12 @@ from .exceptions import (  # noqa: E402
     UnknownMemoryTypeError,
 )
 from .model_backend import model_backend, provide, register_backend  # noqa: E402
-from memos.store.scope import Scope  # noqa: E402
 
 # The facade and what it pulls in (LanceDB, pyarrow, tiktoken) load on first use of a name below,
 # so `import memos` (and `memos --help`) costs no storage import (PEP 562 module __getattr__).
 _LAZY = {
-    "Message": ".ingest", "MemoryOS": ".memory", "ScopedMemory": ".memory", "Hit": ".ranking",
-    "RankingPolicy": ".ranking", "HistoryEntry": ".storage", "Tokenizer": ".tokens", "tokenizer_for": ".tokens",
+    "Message": ".ingest", "MemoryOS": ".memory", "ScopedMemory": ".memory", "Hit": ".retrieval.ranking",
+    "RankingPolicy": ".retrieval.ranking", "HistoryEntry": ".store.history", "Tokenizer": ".tokens", "tokenizer_for": ".tokens",
 }
 
 

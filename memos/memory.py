@@ -18,24 +18,38 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from .memtypes import BASE_FIELDS, BUILTIN_TYPES, Episode, MemoryRecord, new_id
+from memos.jobs.merging import (
+    MERGE,
+    SUPERSEDE,
+    merge_note,
+    merged_marks,
+    superseded_marks,
+)
+from memos.retrieval.ranking import Hit, RankingPolicy
+from memos.retrieval.search import SearchRequest, search
+from memos.store.history import HistoryEntry, history_row
+from memos.store.lancedb.opening import open_storage
+from memos.store.lancedb.storage import META, Storage
+from memos.store.read_cache import FORGET, ReadCache
+from memos.store.scope import Scope, Where, validate_record_id, validate_value
 
 from . import validation as check
 from ._sync import with_sync_methods
 from .embeddings import LOCAL_BATCH, TextEmbedder, resolve_embedder
-from .exceptions import ConfigError, DuplicateIdError, InvalidRecordError, RecordChangedError, RecordNotFoundError, UnknownMemoryTypeError
+from .exceptions import (
+    ConfigError,
+    DuplicateIdError,
+    InvalidRecordError,
+    RecordChangedError,
+    RecordNotFoundError,
+    UnknownMemoryTypeError,
+)
 from .ingest import Message, episodes_from_messages
-from memos.jobs.merging import MERGE, SUPERSEDE, merge_note, merged_marks, superseded_marks
+from .memtypes import BUILTIN_TYPES, Episode, MemoryRecord, new_id
 from .model_backend import opener, provide
-from memos.retrieval.ranking import Hit, RankingPolicy
-from memos.retrieval.search import SearchRequest, search
-from memos.store.scope import Scope, Where, validate_record_id, validate_value
-from memos.store.lancedb.read_cache import FORGET, ReadCache
-from memos.store.lancedb.storage import META, HistoryEntry, Storage, history_row
 from .telemetry import span
 from .tokens import Tokenizer, tokenizer_for
 from .vault import Vault, default_key_file
-
 
 __all__ = ["MemoryOS", "ScopedMemory", "default_key_file", "provide"]
 
@@ -123,7 +137,7 @@ class MemoryOS:
                 raise ConfigError(f"two memory types are named {record_type.memory_type!r}: {other.__name__} and {record_type.__name__}")
             registry[record_type.memory_type] = record_type
         resolved = await resolve_embedder(embedder)
-        storage = await Storage.open(str(uri), list(registry.values()), resolved, storage_options)
+        storage = await open_storage(str(uri), list(registry.values()), resolved, storage_options)
         key_file = Path(vault_key_file) if vault_key_file else None
         return cls(storage, resolved if storage.embedder_name else None, registry, tokenizer_for(model),
                    clock or _default_clock, ranking or RankingPolicy(), key_file)
@@ -399,7 +413,7 @@ class MemoryOS:
 
     @property
     def reads(self) -> ReadCache:
-        """Reads remembered at table versions (`memos.store.lancedb.read_cache`): what `cached=True` reads use."""
+        """Reads remembered at table versions (`memos.store.read_cache`): what `cached=True` reads use."""
         return self.storage.reads
 
     async def check_versions(self) -> None:
@@ -742,7 +756,7 @@ class MemoryOS:
         self._drawn.difference_update(r.id for r in records)
         for start in range(0, len(explicit), 1000):
             chunk = explicit[start : start + 1000]
-            for name in self.storage.tables:
+            for name in self.storage.memory_types():
                 taken = await self.storage.rows(name, Where().id_in(chunk).build(), columns=["id"], limit=1)
                 if taken:
                     raise DuplicateIdError(taken[0]["id"])

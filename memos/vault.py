@@ -25,12 +25,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .memtypes import MemoryRecord
+from memos.store.history import history_row
+from memos.store.protocol import Store
+from memos.store.scope import Scope, Where, validate_value
 
 from . import validation as check
 from .exceptions import ConfigError, RecordChangedError
-from memos.store.scope import Scope, Where, validate_value
-from memos.store.lancedb.storage import Storage, history_row
+from .memtypes import MemoryRecord
 
 if TYPE_CHECKING:
     from .crypto import VaultCipher
@@ -57,7 +58,7 @@ class VaultHost(Protocol):
     """What the vault needs of the facade that owns it (`memos.memory.MemoryOS` is one): the vault
     sits below the facade, so it names the facade's methods, never imports it."""
 
-    storage: Storage
+    storage: Store
     types: dict[str, type[MemoryRecord]]
     clock: Callable[[], datetime]
 
@@ -170,7 +171,16 @@ class Vault:
         every secret is re-encrypted, then the new key replaces the old. An interrupted rotation
         is finished by running it again.
         """
-        from .crypto import ENV_KEY, VaultCipher, generate_key, load_keys, load_or_create_key, pending_key_file, retire_key, write_key_file
+        from .crypto import (
+            ENV_KEY,
+            VaultCipher,
+            generate_key,
+            load_keys,
+            load_or_create_key,
+            pending_key_file,
+            retire_key,
+            write_key_file,
+        )
 
         if new_key is not None and (not isinstance(new_key, bytes) or len(new_key) != 32):
             raise ConfigError("new_key must be 32 random bytes (or None to generate one)")

@@ -9,7 +9,7 @@
    | 0 types and prompts | `memos.memtypes`, `memos.prompts` |
    | 1 kernel | every other `memos.*` module (`memos/`: storage, retrieval, facade, session, jobs, ...) |
    | 2 agents | `memos.agents` (pydantic-ai: chat, manager, reflection, consolidation, tools) |
-   | 3 faces | the package root `memos` (its `__init__` wires the agents in), `memos.cli`, `memos.serve.mcp`, `memos.serve`, `memos.bench`, `examples/` |
+   | 3 faces | the package root `memos` (its `__init__` wires the agents in), `memos.cli`, `memos.mcp.server`, `memos.serve`, `memos.bench`, `examples/` |
 
    What the kernel needs from a model is a protocol in the kernel (`memos.context.paging.Summarizer`,
    `memos.model_backend`); the pydantic-ai implementations live in `memos.agents` and reach the
@@ -36,7 +36,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("types and prompts", ("memos.memtypes", "memos.prompts")),
     ("kernel", ("memos.*",)),
     ("agents", ("memos.agents",)),
-    ("faces", ("memos", "memos.cli", "memos.serve.mcp", "memos.serve", "memos.bench", "examples")),
+    ("faces", ("memos", "memos.cli", "memos.mcp", "memos.serve", "memos.bench", "examples")),
 )
 """(name, module prefixes), bottom first. `memos.*` is every memos module no other floor claims;
 `memos` alone is the package root module (`memos/__init__.py`)."""
@@ -103,7 +103,7 @@ def imports_of(module: Module) -> list[tuple[int, str]]:
 def test_floor_names_cover_every_module():
     assert len(KNOWN) > 40
     assert floor_of("memos.memory") == 1 and floor_of("memos.agents.chat") == 2 and floor_of("memos.cli.main") == 3
-    assert floor_of("memos.memtypes.base") == 0 and floor_of("memos") == 3 and floor_of("memos.serve.mcp") == 3
+    assert floor_of("memos.memtypes.base") == 0 and floor_of("memos") == 3 and floor_of("memos.mcp.server") == 3
 
 
 def test_every_import_points_down_or_sideways():
@@ -181,3 +181,75 @@ def test_no_module_touches_another_modules_underscore_names():
                     continue
                 found.append(f"{module.path.relative_to(ROOT)}:{node.lineno} reaches {ast.unparse(node)}")
     assert not found, "underscore names used across modules:\n" + "\n".join(found)
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the memos modules it imports (every import: module-level, lazy, TYPE_CHECKING)."""
+    return {m.name: {t for _, t in imports_of(m) if t in KNOWN and t != m.name} for m in modules()}
+
+
+def test_no_import_circles():
+    """No two modules import each other, directly or round a loop, TYPE_CHECKING imports included
+    (Tarjan's strongly connected components over the import graph)."""
+    graph, index, low, stack, on, circles = _graph(), {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_kernel_never_imports_the_agents():
+    """Agents import the kernel, never the reverse; only the package root and the faces reach them."""
+    reaching = [f"{m.path.relative_to(ROOT)}:{line} imports {target}" for m in modules() if floor_of(m.name) < 2
+                for line, target in imports_of(m) if target == "memos.agents" or target.startswith("memos.agents.")]
+    assert not reaching, "kernel modules that import the agents:\n" + "\n".join(reaching)
+
+
+def test_only_the_lancedb_store_imports_lancedb():
+    """LanceDB stays behind the store protocol (`memos.store.protocol`): only `memos.store.lancedb` imports it."""
+    found = []
+    for module in modules():
+        if module.name.startswith("memos.store.lancedb"):
+            continue
+        for node in ast.walk(ast.parse(module.path.read_text(), str(module.path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{module.path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "lancedb"]
+    assert not found, "modules outside memos.store.lancedb that import lancedb:\n" + "\n".join(found)
+
+
+CLASS_LINES_AT_MOST = 400
+
+
+def test_no_class_in_the_kernel_is_over_400_lines():
+    """A class past ~400 lines is two concepts (STYLE.md)."""
+    large = []
+    for module in modules():
+        if not module.name.startswith("memos.") or module.name.startswith(("memos.agents", "memos.memtypes", "memos.prompts")):
+            continue
+        for node in ast.walk(ast.parse(module.path.read_text(), str(module.path))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_LINES_AT_MOST:
+                large.append(f"{module.path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not large, "classes over 400 lines:\n" + "\n".join(large)

@@ -14,15 +14,21 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from memos.memtypes import Episode, Fact, MemoryRecord, VaultItem
 
 from memos import MemoryOS, Scope
 from memos._sync import run_sync
 from memos.crypto import VaultAccessError
-from memos.exceptions import ConfigError, DuplicateIdError, InvalidFilterError, InvalidRecordError, MemosError
-from memos.memtypes import Episode, Fact, MemoryRecord, VaultItem
+from memos.exceptions import (
+    ConfigError,
+    DuplicateIdError,
+    InvalidFilterError,
+    InvalidRecordError,
+    MemosError,
+)
 from memos.portability import export_scope, import_lines
 from memos.retrieval.ranking import Hit
-from memos.store.lancedb.storage import HistoryEntry
+from memos.store.history import HistoryEntry
 
 ALICE, BOB = Scope("alice", "bot", "s1"), Scope("bob", "bot", "s1")
 
@@ -138,10 +144,9 @@ async def test_a_vault_caption_holding_its_secret_is_refused_with_the_reason(mem
 
 
 async def test_the_vault_store_tool_refuses_a_caption_holding_the_secret(mem, alice):
-    from pydantic_ai import ModelRetry
-
     from memos.agents import memory_toolset
     from memos.agents.deps import MemoryDeps
+    from pydantic_ai import ModelRetry
 
     tools = memory_toolset(MemoryDeps(await mem.session(alice))).tools
     with pytest.raises(ModelRetry, match="caption must not contain the secret"):

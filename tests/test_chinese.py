@@ -14,7 +14,7 @@ from memos import MemoryOS, Scope
 from memos.bench.retrieval import run_retrieval_bench
 from memos.demo import run_demo
 from memos.embeddings import TextEmbedder
-from memos.store.lancedb.fulltext import MARK, index_form, query_words
+from memos.store.fulltext import MARK, index_form, query_words
 from memos.ingest import Message
 from memos.memtypes import Episode
 from memos.context.paging import ExtractiveSummarizer, turn_line

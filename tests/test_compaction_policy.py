@@ -10,9 +10,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from memos.memtypes import Episode
+
 from memos import MemoryOS, Scope
 from memos.bench.scale import HashedTokens
-from memos.memtypes import Episode
 
 SCOPE = Scope("ann", "agent")
 
@@ -30,8 +31,8 @@ class Timer:
 async def open_store(tmp_path: Path) -> tuple[MemoryOS, Timer]:
     memory = await MemoryOS.open(tmp_path / "db", embedder=HashedTokens(), vault_key_file=tmp_path / "vault.key")
     timer = Timer()
-    memory.storage.timer = timer
-    memory.storage.quiet_after = 3600  # no fold-in when writes pause unless a test asks for it
+    memory.storage.compaction.timer = timer
+    memory.storage.compaction.quiet_after = 3600  # no fold-in when writes pause unless a test asks for it
     return memory, timer
 
 
@@ -105,7 +106,7 @@ async def test_rows_held_back_are_folded_in_once_the_writes_pause(tmp_path):
     memory, timer = await open_store(tmp_path)
     await add_then_rest(memory, timer, episodes(12_000, "base"))
     assert await unindexed(memory) == 0
-    memory.storage.quiet_after = 0.05
+    memory.storage.compaction.quiet_after = 0.05
     await memory.add(SCOPE, episodes(1_000, "more"), actor="test")  # not due: 1,000 < 12,000 / 4
     for _ in range(600):  # the pause is measured on the event loop's clock: wait for it, 30 s at most
         await memory.storage.settle()
@@ -125,7 +126,7 @@ async def test_tables_are_rewritten_one_at_a_time(tmp_path):
     from memos.store.lancedb.maintenance import maintain
 
     memory, timer = await open_store(tmp_path)
-    memory.storage.quiet_after = 0.01
+    memory.storage.compaction.quiet_after = 0.01
     running, most = 0, 0
     tables = [t.table for t in memory.storage.tables.values()] + [memory.storage.history, *memory.storage.search_tables()]
     for table in tables:

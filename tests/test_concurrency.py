@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from memos.memtypes import Fact, VaultItem
 
 from memos import MemoryOS, Scope
-from memos.memtypes import Episode, Fact, VaultItem
 from memos.portability import forget_user
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -98,7 +98,7 @@ async def test_a_busy_store_defers_the_purge_and_maintenance_finishes_it(tmp_pat
     pending, and the next maintenance run after the margin removes the secret's versions."""
     from datetime import UTC, datetime
 
-    from memos.store.lancedb import storage as storage_mod
+    from memos.store.lancedb import purge as storage_mod
 
     db = tmp_path / "db"
     mem = await MemoryOS.open(db, embedder=None, vault_key_file=tmp_path / "vault.key")

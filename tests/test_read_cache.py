@@ -1,4 +1,4 @@
-"""Reads remembered at table versions (`memos.store.lancedb.read_cache`) and the one-plan compile: a step
+"""Reads remembered at table versions (`memos.store.read_cache`) and the one-plan compile: a step
 never shows what another writer changed, and the plan never exceeds the budget."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from memos.context.window import BudgetPolicy, SectionSizes, StepInputs, plan_co
 from memos.exceptions import BudgetError
 from memos.memtypes import Fact, VaultItem
 from memos.retrieval.packing import MemorySize
-from memos.store.lancedb.read_cache import FORGET, KEEP, ReadCache
+from memos.store.read_cache import FORGET, KEEP, ReadCache
 from memos.context.session import MemorySession
 from memos.store.lancedb.storage import READ_CONSISTENCY
 

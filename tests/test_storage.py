@@ -9,15 +9,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 from pydantic_ai.embeddings import Embedder, TestEmbeddingModel
 from typer.testing import CliRunner
 
 from memos import MemoryOS, Scope
 from memos.cli import app
-from memos.exceptions import (EmbeddingDimensionError, InvalidFilterError, InvalidRecordError, RecordNotFoundError,
-                              UnknownMemoryTypeError)
+from memos.exceptions import (
+    EmbeddingDimensionError,
+    InvalidFilterError,
+    InvalidRecordError,
+    RecordNotFoundError,
+    UnknownMemoryTypeError,
+)
 from memos.tokens import tokenizer_for
-from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 
 runner = CliRunner()
 
@@ -219,7 +224,7 @@ async def test_procedural_and_resource_round_trip(mem, alice):
 
 
 async def test_rows_read_back_exactly_as_lancedb_gives_them(mem, alice):
-    from memos.store.lancedb.storage import arrow_rows
+    from memos.store.schema import arrow_rows
 
     await mem.add(alice, [Fact(subject="x", summary="plain"), Fact(subject="y", summary="dated", valid_from=datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC))])
     table = mem.storage.type_table("semantic").table

@@ -25,7 +25,7 @@ Figures for the turn below (a store with records in every store, no tool call, n
 
 What changed last: a step begins with one `versions` call (every table's latest version,
 `Storage.versions`); what was read before and has not changed since is not read again
-(`memos.store.lancedb.read_cache`): the store counts (were six, eight with the graph), the core blocks, the
+(`memos.store.read_cache`): the store counts (were six, eight with the graph), the core blocks, the
 reflection state and the in-context turns (were read again at each recorded turn). This
 process's own adds carry a remembered read forward (a count grows by the rows it counts), so
 the turn just recorded does not make the compile read again. The compile plans the whole

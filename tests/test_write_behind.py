@@ -191,11 +191,12 @@ async def test_no_compaction_starts_once_the_loop_is_ending(mem: MemoryOS, monke
     no background compaction: one started then outlived the loop and aborted the interpreter at
     exit ("PyGILState_Release ... finalizing") when it finished inside the finalization."""
     from memos import _sync
+    from memos.store.lancedb.compaction import Compaction
 
     mem.storage.behind.delay = 60
     started = []
-    monkeypatch.setattr(type(mem.storage), "_due", lambda self, key, every: True)  # every commit would compact
-    monkeypatch.setattr(type(mem.storage), "_start", lambda self, table, key, loop: started.append(table.name) or True)
+    monkeypatch.setattr(Compaction, "_due", staticmethod(lambda state, every: True))  # every commit would compact
+    monkeypatch.setattr(Compaction, "_start", lambda self, table, state, loop: started.append(table.name) or True)
     session = await MemorySession.open(mem, ALICE)
     await session.record_turn("user", "the spare key is under the blue pot")
     before = len(started)
@@ -345,7 +346,7 @@ async def test_rows_written_after_the_process_changes_directory_land_in_the_stor
 
 
 async def test_a_read_that_writes_the_queue_first_is_still_remembered(mem: MemoryOS):
-    """A remembered read (`memos.store.lancedb.read_cache`) is labelled with the table's version once the rows
+    """A remembered read (`memos.store.read_cache`) is labelled with the table's version once the rows
     queued for it are written: labelled before, the read's own write moved the table past its
     label, and a chat with pauses counted the turns' store again at every step."""
     mem.storage.behind.delay = 60
@@ -414,7 +415,7 @@ async def test_a_searched_tables_indexes_are_loaded_again_after_its_optimize(mem
             loaded.append(f"{table.name}:{name}")
         monkeypatch.setattr(table, "prewarm_index", prewarm)
     for table in (storage.search.table, storage.type_table("semantic").table):
-        await storage._optimize(table, id(table))
+        await storage.compaction.optimize(table)
     names = {i.name for i in await storage.search.table.list_indices()}
     assert {entry.split(":", 1)[1] for entry in loaded} == names
     assert all(entry.startswith(storage.search.table.name + ":") for entry in loaded)
@@ -441,7 +442,7 @@ async def test_the_turns_in_context_are_read_again_after_this_process_optimizes_
         await refresh()
 
     monkeypatch.setattr(session, "_refresh_context", counted)
-    await mem.storage._optimize(table, id(table))  # as the automatic one ends
+    await mem.storage.compaction.optimize(table)  # as the automatic one ends
     assert [t.summary for t in session.context] == ["the ferry leaves at ten", "nine it is"]
     _, context = await session.step("when does the ferry leave?")
     assert refreshed == []  # the step found them read
@@ -460,7 +461,7 @@ async def test_the_turns_in_context_are_read_again_after_this_process_optimizes_
     monkeypatch.setattr(session, "_load_turns", meanwhile)
     await session.record_turn("assistant", "at ten then")  # waits for the next optimize again
     before = [t.id for t in session.context]
-    await mem.storage._optimize(table, id(table))
+    await mem.storage.compaction.optimize(table)
     assert [t.id for t in session.context] == before[1:]  # not replaced by the read's list
     monkeypatch.setattr(session, "_load_turns", load)
     await session.step("and the ferry back?")

@@ -15,9 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memos.exceptions import (
+    BlockLimitError,
+    ReadOnlyBlockError,
+    TextNotFoundError,
+    UnknownBlockError,
+)
 from memos.memtypes import CoreBlock
-
-from memos.exceptions import BlockLimitError, ReadOnlyBlockError, TextNotFoundError, UnknownBlockError
 from memos.store.scope import Scope
 
 if TYPE_CHECKING:

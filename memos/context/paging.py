@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from memos.memtypes import Episode
-
-from memos.store.lancedb.fulltext import has_cjk
+from memos.store.fulltext import has_cjk
 
 __all__ = ["ExtractiveSummarizer", "Summarizer", "newest_lines", "turn_line"]
 

@@ -23,19 +23,19 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from memos import prompts
-from memos.memtypes import CoreBlock, Episode
-
-from .window import BudgetPolicy, StepInputs, plan_step, render_system_prompt
-from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreMemory
+from memos._sync import with_sync_methods
 from memos.exceptions import BudgetError, ConfigError
 from memos.ingest import Message
+from memos.memtypes import CoreBlock, Episode
 from memos.retrieval.packing import measure, render_hits
 from memos.retrieval.ranking import Hit
-from .paging import ExtractiveSummarizer, Summarizer, newest_lines
-from memos.store.lancedb.read_cache import FORGET, KEEP
+from memos.store.read_cache import FORGET, KEEP
 from memos.store.scope import Scope
 from memos.telemetry import span
-from memos._sync import with_sync_methods
+
+from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreMemory
+from .paging import ExtractiveSummarizer, Summarizer, newest_lines
+from .window import BudgetPolicy, StepInputs, plan_step, render_system_prompt
 
 if TYPE_CHECKING:
     from memos.memory import MemoryOS
@@ -384,7 +384,9 @@ class MemorySession:
             await self._refresh_context()
 
     async def _last_reflection(self) -> datetime | None:
-        from memos.jobs.runs import reflection_state  # floor 3 reads the scheduler's record of it
+        from memos.jobs.runs import (
+            reflection_state,  # floor 3 reads the scheduler's record of it
+        )
 
         meta = await self.memory.state(cached=True)
         for scope in (self.scope, self.retrieval_scope, Scope(self.scope.user_id)):

@@ -27,9 +27,8 @@ from datetime import datetime
 from typing import Any
 
 from memos import prompts
-from memos.memtypes import CoreBlock
-
 from memos.exceptions import BudgetError, ConfigError
+from memos.memtypes import CoreBlock
 from memos.retrieval.packing import MemorySize, choose, render_hits
 from memos.retrieval.ranking import Hit
 

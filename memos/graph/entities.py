@@ -24,16 +24,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
-from memos.memtypes import MemoryRecord
-from memos.memtypes.entity import Entity, Relation, normal_name
-
-from .extraction import extract_mentions, query_names
 from memos.exceptions import InvalidRecordError, RecordNotFoundError
 from memos.jobs.merging import DisjointSets
+from memos.memtypes import MemoryRecord
+from memos.memtypes.entity import Entity, Relation, normal_name
 from memos.retrieval.ranking import Candidate, RowView
-from memos.store.scope import Scope, Where, sql_string, validate_record_id
 from memos.retrieval.speakers import ROLES
-from memos.store.lancedb.storage import Storage, history_row
+from memos.store.history import history_row
+from memos.store.protocol import Store
+from memos.store.scope import Scope, Where, sql_string, validate_record_id
+
+from .extraction import extract_mentions, query_names
 
 if TYPE_CHECKING:
     from memos.embeddings import TextEmbedder
@@ -43,7 +44,7 @@ class GraphHost(Protocol):
     """What the graph needs of the facade it writes through (`memos.memory.MemoryOS` is one):
     the graph sits below the facade, so it names the facade's methods, never imports it."""
 
-    storage: Storage
+    storage: Store
     embedder: TextEmbedder | None
     clock: Callable[[], datetime]
 
@@ -106,7 +107,7 @@ class EntityGraph:
 
     def __init__(self, memory: GraphHost) -> None:
         self.memory = memory
-        self.storage: Storage = memory.storage
+        self.storage: Store = memory.storage
 
     # --- reading -------------------------------------------------------------------------
 
@@ -419,7 +420,7 @@ class GraphView:
         return math.log(1.0 + self.total / (1.0 + count)) / math.log(1.0 + self.total)
 
 
-async def graph_candidates(storage: Storage, request: Any, vector: list[float] | None, text: str, wheres: dict[str, str | None],
+async def graph_candidates(storage: Store, request: Any, vector: list[float] | None, text: str, wheres: dict[str, str | None],
                            columns: Any) -> list[Candidate]:
     """Retrieval's graph list (see the module docstring): candidates with source "graph"."""
     policy = request.policy
@@ -486,7 +487,7 @@ async def graph_candidates(storage: Storage, request: Any, vector: list[float] |
     return out
 
 
-async def _relations_of(storage: Storage, scope: Scope, entity_ids: list[str], at: datetime | None) -> list[Relation]:
+async def _relations_of(storage: Store, scope: Scope, entity_ids: list[str], at: datetime | None) -> list[Relation]:
     statuses = ("active",) if at is None else ("active", "superseded")
     ids = ", ".join(sql_string(validate_record_id(i)) for i in entity_ids)
     where = Where(scope).status_in(statuses).raw(f"subject_id IN ({ids}) OR object_id IN ({ids})").build()

@@ -19,9 +19,8 @@ from datetime import UTC
 from typing import Any
 
 from memos.memtypes import new_id
-
+from memos.store.protocol import Store
 from memos.store.scope import sql_in
-from memos.store.lancedb.storage import Storage
 
 __all__ = ["CREATION_OPS", "history_gaps", "repair_history"]
 
@@ -30,9 +29,9 @@ CREATION_OPS = frozenset({"add"})
 _REPAIRED = "repaired: the change committed but its history row did not (process stopped between the two)"
 
 
-async def history_gaps(storage: Storage) -> dict[str, list[dict[str, Any]]]:
+async def history_gaps(storage: Store) -> dict[str, list[dict[str, Any]]]:
     """Per store, the records whose history lacks their creation or their latest change."""
-    history = await storage.read(storage.history, storage.history.query().select(["record_id", "op", "at"]).to_arrow)
+    history = await storage.history_columns(["record_id", "op", "at"])
     created: set[str] = set()
     newest: dict[str, Any] = {}
     for rid, op, at in zip(*(history.column(c).to_pylist() for c in ("record_id", "op", "at")), strict=True):
@@ -41,7 +40,7 @@ async def history_gaps(storage: Storage) -> dict[str, list[dict[str, Any]]]:
         if op not in ("reveal", "job") and (rid not in newest or at > newest[rid]):
             newest[rid] = at
     gaps: dict[str, list[dict[str, Any]]] = {}
-    for name in storage.tables:
+    for name in storage.memory_types():
         rows = await storage.rows(name, None, columns=["id", "updated_at"])
         missing = [{"id": r["id"], "kind": "add"} for r in rows if r["id"] not in created]
         missing += [{"id": r["id"], "kind": "update"} for r in rows
@@ -51,7 +50,7 @@ async def history_gaps(storage: Storage) -> dict[str, list[dict[str, Any]]]:
     return gaps
 
 
-async def repair_history(storage: Storage) -> dict[str, int]:
+async def repair_history(storage: Store) -> dict[str, int]:
     """Write the history rows `history_gaps` finds missing; returns how many per store."""
     done: dict[str, int] = {}
     for name, missing in (await history_gaps(storage)).items():

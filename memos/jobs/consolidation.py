@@ -39,7 +39,15 @@ if TYPE_CHECKING:
     from memos.store.scope import Scope
 
 from memos.exceptions import RecordChangedError
-from .merging import MERGE, SUPERSEDE, DisjointSets, merge_note, merged_marks, superseded_marks
+
+from .merging import (
+    MERGE,
+    SUPERSEDE,
+    DisjointSets,
+    merge_note,
+    merged_marks,
+    superseded_marks,
+)
 
 __all__ = [
     "ConsolidationPlan",

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from memos.memtypes import MemoryRecord
-
 from memos.exceptions import ConfigError
+from memos.memtypes import MemoryRecord
 
 if TYPE_CHECKING:
     from memos.memory import MemoryOS

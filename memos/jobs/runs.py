@@ -25,24 +25,32 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from memos.memtypes import Fact, MemoryRecord, Procedure, new_id
-
 from memos._sync import run_sync
-from .consolidation import ConsolidationPlan, Merge, Supersede, apply_plan, normalize_text, plan_consolidation
-from .decay import DecayPolicy, apply_decay
 from memos.exceptions import ConfigError, MemosError
+from memos.memtypes import Fact, MemoryRecord, Procedure
 from memos.model_backend import model_backend
+from memos.store.lancedb.errors import is_conflict
 from memos.store.scope import Scope
-from memos.store.lancedb.storage import is_conflict
 from memos.telemetry import span
+
+from .consolidation import (
+    ConsolidationPlan,
+    Merge,
+    Supersede,
+    apply_plan,
+    normalize_text,
+    plan_consolidation,
+)
+from .decay import DecayPolicy, apply_decay
 
 if TYPE_CHECKING:
     from memos.memory import MemoryOS
+    from memos.store.protocol import Store
+
     from .scheduler import MemoryScheduler
-    from memos.store.lancedb.storage import Storage
 
 __all__ = [
     "ReflectionPolicy",
@@ -260,7 +268,7 @@ async def run_job(memory: MemoryOS, kind: str, scope: Scope, *, model: Any = Non
     return outcome
 
 
-async def refresh_tables(storage: Storage) -> None:
+async def refresh_tables(storage: Store) -> None:
     """Point every table handle at its latest version, so a job sees other processes' writes.
 
     LanceDB handles opened without a read-consistency interval stay on the version they

@@ -39,8 +39,9 @@ def run_worker(
     Stops on SIGINT/SIGTERM, when `stop` is set, after `duration` seconds, or once `stop_file` exists
     (a portable way for another process to ask it to finish its current jobs and exit).
     """
-    from .runs import register_live, unregister_live
     from memos.memory import MemoryOS
+
+    from .runs import register_live, unregister_live
     from .scheduler import MemoryScheduler
 
     stop = stop or threading.Event()

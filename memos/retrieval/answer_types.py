@@ -20,7 +20,8 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-from memos.store.lancedb.fulltext import MARK
+from memos.store.fulltext import MARK
+
 from .ranking import Hit, RowView
 from .temporal import mentions_time
 

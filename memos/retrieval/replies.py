@@ -28,9 +28,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from .ranking import Hit
+from memos.store.protocol import Store
 from memos.store.scope import Scope, Where
-from memos.store.lancedb.storage import Storage
+
+from .ranking import Hit
 
 __all__ = ["antecedent", "asks", "exchange_partners", "refers_back", "reply_at", "session_turns", "with_replies"]
 
@@ -43,7 +44,7 @@ def asks(text: str) -> bool:
     return _ASKS.search(text.rstrip()) is not None
 
 
-async def session_turns(storage: Storage, scope: Scope, statuses: Sequence[str], turns_store: str,
+async def session_turns(storage: Store, scope: Scope, statuses: Sequence[str], turns_store: str,
                         windows: list[tuple[Any, Any]]) -> dict[tuple[str, str, str], list[Any]]:
     """The turns of `scope` inside any of `windows` (one query), as records grouped by session
     (user, agent, session) in the order they were said."""
@@ -56,7 +57,7 @@ async def session_turns(storage: Storage, scope: Scope, statuses: Sequence[str],
     return by_session
 
 
-async def with_replies(storage: Storage, scope: Scope, statuses: Sequence[str], window_minutes: float,
+async def with_replies(storage: Store, scope: Scope, statuses: Sequence[str], window_minutes: float,
                        hits: list[Hit], turns_store: str) -> list[Hit]:
     """`hits` with what completes each conversation turn among them right behind it (one query,
     only when a hit is a turn): the reply to a turn that asks, and the other half of an exchange

@@ -19,17 +19,17 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from .answer_types import expected_answer, favour_answers
 from memos.embeddings import TextEmbedder
-from memos.store.lancedb.fulltext import cjk_share, query_words
+from memos.store.fulltext import cjk_share, query_words
+from memos.store.protocol import EVENT_TIME, RECORD, Store
+from memos.store.read_cache import FORGET
+from memos.store.scope import Scope, Where, sql_in, valid_at
+
+from .answer_types import expected_answer, favour_answers
 from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
-from memos.store.lancedb.read_cache import FORGET
-from memos.store.scope import Scope, Where, sql_in, valid_at
-from memos.store.lancedb.search_index import EVENT_TIME, RECORD
 from .speakers import SpeakerTally, favour_speakers, named_speakers, without_speakers
-from memos.store.lancedb.storage import Storage
 from .temporal import parse_time_window
 
 __all__ = ["RowView", "SearchRequest", "for_language", "fts_query", "interleave", "question_parts", "scope_speakers", "search"]
@@ -45,7 +45,7 @@ fused whole but only their head is built into records, measured and packed."""
 
 def fts_query(text: str) -> str:
     """The query as plain words for the full-text index (no operators, quotes or field syntax;
-    Chinese as bigrams, see `memos.store.lancedb.fulltext`)."""
+    Chinese as bigrams, see `memos.store.fulltext`)."""
     return query_words(text[:MAX_QUERY_CHARS])
 
 
@@ -76,7 +76,7 @@ class SearchRequest:
 
 
 async def search(
-    storage: Storage,
+    storage: Store,
     embedder: TextEmbedder | None,
     request: SearchRequest,
     now: datetime,
@@ -167,7 +167,7 @@ async def search(
                 jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit, with_text=with_text)))
             if text:
                 jobs.append((SHARED, "text", storage.search.text_search(text, where, limit, with_text=with_text)))
-        if "entity" in storage.tables and request.policy.graph_weight > 0:
+        if "entity" in storage.memory_types() and request.policy.graph_weight > 0:
             columns = RowView.columns("occurred_at", with_text) if lean else None
             jobs.append(("", "graph", _graph_list(storage, embedder, replace(request, query=query), vector, text, wheres, columns)))
         with storage.behind.excused(request.exclude):  # queued rows of excluded records may stay queued
@@ -212,7 +212,7 @@ async def search(
     return hits[: request.k]
 
 
-async def _graph_list(storage: Storage, embedder: TextEmbedder | None, request: SearchRequest, vector: list[float] | None,
+async def _graph_list(storage: Store, embedder: TextEmbedder | None, request: SearchRequest, vector: list[float] | None,
                       text: str, wheres: dict[str, str | None], columns: list[str] | None) -> list[Candidate]:
     """The entity graph's list (records linked to the query's entities; `memos.graph.entities`), with the
     query's own vector, embedded here when only the turns' was needed so far and the graph has
@@ -226,12 +226,11 @@ async def _graph_list(storage: Storage, embedder: TextEmbedder | None, request: 
     return await graph_candidates(storage, request, vector, text, wheres, columns)
 
 
-async def scope_speakers(storage: Storage, scope: Scope, turns: str) -> SpeakerTally:
+async def scope_speakers(storage: Store, scope: Scope, turns: str) -> SpeakerTally:
     """Who speaks in `scope`'s turns and how often the others call them by name (any status):
     one read of who said what per version of the turns table, remembered in `storage.reads` and
     carried past this process's own adds; another process's commit makes it read again."""
-    table = storage.type_table(turns).table
-    version = await storage.read(table, table.version)
+    version = await storage.version(turns)
     if storage.reads.seen.get(turns) != version:
         storage.reads.check({turns: version})
     key = ("speakers", turns, scope)
@@ -246,7 +245,7 @@ async def scope_speakers(storage: Storage, scope: Scope, turns: str) -> SpeakerT
     return tally
 
 
-def _said_column(storage: Storage, turns: str) -> str:
+def _said_column(storage: Store, turns: str) -> str:
     """The column holding what a turn said: `summary` for an `Episode`, else the indexed text."""
     return "summary" if "summary" in storage.type_table(turns).record_type.model_fields else "text"
 
@@ -332,7 +331,7 @@ def for_language(policy: RankingPolicy, query: str, embedder: TextEmbedder | Non
     return replace(policy, vector_weight=policy.vector_weight * (1.0 - share)) if share else policy
 
 
-async def _taken(storage: Storage, hits: list[Hit], wheres: dict[str, str | None]) -> list[Hit]:
+async def _taken(storage: Store, hits: list[Hit], wheres: dict[str, str | None]) -> list[Hit]:
     """The hits with their full rows: a hit of the shared search table from the record its row
     carries (`memos.store.lancedb.search_index.RECORD`, no read), any other read from its own store (one read
     per store, concurrently); a hit whose record was deleted since the search is dropped."""
@@ -356,7 +355,7 @@ async def _taken(storage: Storage, hits: list[Hit], wheres: dict[str, str | None
     return kept
 
 
-def _as_of(storage: Storage, request: SearchRequest, name: str) -> bool:
+def _as_of(storage: Store, request: SearchRequest, name: str) -> bool:
     """Whether a store is searched as of `until` with its own queries: a bitemporal store (a closed
     relation was true only until it closed), which the shared table's rows cannot say."""
     return request.until is not None and getattr(storage.type_table(name).record_type, "bitemporal", False)
@@ -367,7 +366,7 @@ def _lean(hit: Hit) -> bool:
     return isinstance(hit.record, RowView) and "user_id" not in hit.record.row
 
 
-async def _with_neighbours(storage: Storage, request: SearchRequest, hits: list[Hit], turns_store: str) -> list[Hit]:
+async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hit], turns_store: str) -> list[Hit]:
     """Put the turn before and after each of the best turns right behind it (one extra query)."""
     policy = request.policy
     if request.budget_tokens is None:  # a top-k search returns k records, not context around them

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memos.store.lancedb.fulltext import has_cjk
+from memos.store.fulltext import has_cjk
+
 from .ranking import Hit, RowView
 
 __all__ = ["ROLES", "SpeakerTally", "favour_speakers", "named_speakers", "without_speakers"]

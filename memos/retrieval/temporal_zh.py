@@ -14,7 +14,14 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from .time_windows import ANCHOR_REACH, DAY_SLACK, ago_window, day_window, month_window, relative_window
+from .time_windows import (
+    ANCHOR_REACH,
+    DAY_SLACK,
+    ago_window,
+    day_window,
+    month_window,
+    relative_window,
+)
 
 __all__ = ["LUNAR_NEW_YEAR", "parse_zh", "zh_sources"]
 
@@ -27,7 +34,7 @@ LUNAR_NEW_YEAR = {
 
 _DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _N = r"[0-9〇零一二两三四五六七八九十]"
-_YEAR = rf"(?P<year>(?:19|20)\d\d|[一二][〇零一二三四五六七八九]{{3}})年"
+_YEAR = r"(?P<year>(?:19|20)\d\d|[一二][〇零一二三四五六七八九]{3})年"
 _MONTH = rf"(?P<month>{_N}{{1,3}})月"
 _DAY = rf"(?P<day>{_N}{{1,3}})[日号號]"
 _REL_YEAR = r"(?P<rel>今年|去年|前年|明年)"

@@ -11,7 +11,7 @@ import functools
 import json
 import types
 import typing
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from memos.memtypes import MemoryRecord
 
-__all__ = ["VECTOR_COLUMN", "arrow_schema", "arrow_table", "json_columns", "record_from_row", "row_from_record"]
+__all__ = ["VECTOR_COLUMN", "arrow_rows", "arrow_schema", "arrow_table", "json_columns", "record_from_row", "row_from_record"]
 
 VECTOR_COLUMN = "vector"
 _TS = pa.timestamp("us", tz="UTC")
@@ -156,3 +156,23 @@ def _read_plan(record_type: type[MemoryRecord], json_cols: frozenset[str]) -> tu
         default: Any = _REQUIRED if info.is_required() else functools.partial(info.get_default, call_default_factory=True)
         plan.append((name, name in json_cols, optional or info.is_required(), default))
     return tuple(plan)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def arrow_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows of an Arrow table as dicts (what LanceDB's `to_list` gives, 3-4x faster).
+
+    pyarrow builds each time-zoned timestamp through the time-zone database, which made three
+    timestamp columns most of a search's row conversion; here they are read as microseconds
+    and offset from the epoch in UTC."""
+    names = table.column_names
+    columns = []
+    for column in table.columns:
+        if pa.types.is_timestamp(column.type) and column.type.unit == "us" and column.type.tz in ("UTC", "+00:00"):
+            micros = [us for chunk in column.chunks for us in chunk.view(pa.int64()).to_pylist()]  # a view: no cast kernel
+            columns.append([None if us is None else _EPOCH + timedelta(microseconds=us) for us in micros])
+        else:
+            columns.append(column.to_pylist())
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]

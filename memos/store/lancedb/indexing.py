@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 from lancedb.index import Bitmap, BTree
 
+from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
+from .purge import vector_index
 from .search_index import SEARCH_TABLE
-from .storage import Storage, vector_index
+from .storage import Storage
 
 __all__ = ["ANN_MIN_ROWS", "MAX_INDEX_PARTS", "SCALAR_MIN_ROWS", "ensure_indexes", "needs_ann_index", "needs_scalar_index"]
 

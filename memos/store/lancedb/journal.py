@@ -13,7 +13,7 @@ Each open store of a process appends to its own segment (`.memos-journal/<token>
 exclusive `flock` on it for as long as the segment is live: the lock says "its writer is alive".
 When a batch is written to the tables, the segments that held it are deleted. A segment whose
 lock anyone can take belongs to a process that stopped before writing it; the next process to
-open the store writes what it holds (`Storage.open`), skipping the rows already there, so a
+open the store writes what it holds (`memos.store.lancedb.opening.open_storage`), skipping the rows already there, so a
 segment deleted late or replayed twice does no harm. A segment is created under a temporary
 name, locked, then renamed into place, so no other process ever sees it unlocked while its
 writer lives.

@@ -14,11 +14,14 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from ._malloc import release_free_memory
 from memos.jobs.audit import repair_history
+
+from ._malloc import release_free_memory
+from .compaction import KEEP_VERSIONS
+from .errors import is_conflict
 from .indexing import MAX_INDEX_PARTS, ensure_indexes
 from .search_index import SEARCH_TABLE
-from .storage import KEEP_VERSIONS, Storage, is_conflict
+from .storage import Storage
 
 __all__ = ["compact_tables", "maintain"]
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
-
 from memos.embeddings import TextEmbedder
-from .fulltext import text_index
 from memos.store.schema import arrow_schema
-from .storage import Storage, TypeTable, retry_conflicts
+
+from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
+from .errors import retry_conflicts
+from .storage import Storage, TypeTable
+from .text_index import text_index
 
 __all__ = ["rebuild_tables"]
 

@@ -27,24 +27,44 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
-from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from memos.memtypes import MemoryRecord
-
-from .fulltext import FORM as FULLTEXT_FORM
-from .fulltext import text_index
+from memos.store.fulltext import FORM as FULLTEXT_FORM
+from memos.store.protocol import EVENT_TIME, RECORD
 from memos.store.schema import VECTOR_COLUMN, arrow_schema, arrow_table
 from memos.store.scope import sql_in, sql_string
 
-if TYPE_CHECKING:
-    from .storage import Storage
+from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
+from .text_index import text_index
+
+T = TypeVar("T")
+
+
+class _Store(Protocol):
+    """What the shared table uses of its store (`memos.store.lancedb.storage.Storage`), named here
+    so that the store, which holds one, and this module import each other in no direction but one."""
+
+    dim: int
+    embedder_name: str | None
+    conn: Any
+    tables: dict[str, Any]
+    behind: Any
+    compaction: Any
+
+    async def get_meta(self) -> dict[str, str]: ...
+    async def set_meta(self, key: str, value: str) -> None: ...
+    async def read(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 4) -> T: ...
+    async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12) -> T: ...
+    async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0) -> T: ...
+    async def rows(self, memory_type: str, where: str | None, limit: int | None = None,
+                   columns: list[str] | None = None) -> list[dict[str, Any]]: ...
 
 __all__ = ["EVENT_TIME", "Gathered", "RANKED", "RECORD", "SEARCH_META", "SEARCH_TABLE", "SearchIndex", "mirrored", "ranked_row", "ranked_rows",
            "record_row", "record_text"]
@@ -55,16 +75,8 @@ SEARCH_TABLE = "_search"
 """The shared table's name prefix (a rebuild writes `_search_g<n>` and switches in meta)."""
 SEARCH_META = "search:index"
 """Meta key: the shared table in use and what it was built for (stores, embedder, dimension)."""
-EVENT_TIME = "event_time"
-"""The column holding each record's own time field (`time_field`: occurred_at for a turn)."""
 _SCALARS = ("id", "user_id", "agent_id", "session_id", "status", "importance", "created_at", "updated_at", "tags", "text")
-RECORD = "record"
-"""The column a search reads of each candidate: one line of what ranking needs (a JSON array:
-store, id, importance, the record's time in microseconds), then the record as a search returns
-it (its typed row without the vector and the secret fields, JSON, datetimes in ISO form). So a
-top-k search's winners need no read by id from their own stores (on the 100k bench store that
-was ~3.8 reads side by side after the queries, a third of a search), and each query reads one
-column of its candidates: every further column cost 0.5-1 ms a query there (README, issue 18)."""
+
 _CHUNK = 1_000
 FORM = 2
 """The shared table's layout; a table of another form is rebuilt on open (2: `RECORD`, the vault's captions)."""
@@ -157,7 +169,7 @@ def mirrored(record_type: type[MemoryRecord]) -> bool:
 class SearchIndex:
     """The shared search table of one open store (see the module docstring)."""
 
-    def __init__(self, storage: Storage, types: Sequence[type[MemoryRecord]]) -> None:
+    def __init__(self, storage: _Store, types: Sequence[type[MemoryRecord]]) -> None:
         self.storage = storage
         self.types = {t.memory_type: t for t in types if mirrored(t)}
         self.table: Any = None
@@ -355,7 +367,7 @@ class SearchIndex:
 
     async def _ranked(self, query: Any, score: str, where: str, limit: int, with_text: bool) -> list[dict[str, Any]]:
         table = self.table
-        self.storage.searching(table)
+        self.storage.compaction.searching(table)
         extra = ["text"] if with_text else []
         result = await self.storage.read(table, query.select([*RANKED, *extra, score]).limit(limit).where(where).to_arrow)
         rows = ranked_rows(result[RECORD].to_pylist())

@@ -11,14 +11,14 @@ every batch; its history and shared rows follow once it has committed.
 The turn is durable before it is queued: on a local store its row and its history row are
 appended to the store's journal first (`memos.store.lancedb.journal`), and a process that stops before its
 batch is written leaves them there for the next process that opens the store, which writes them
-(`Storage.open`). On an object-storage store, which has no journal, the turn's row is committed
+(`memos.store.lancedb.opening.open_storage`). On an object-storage store, which has no journal, the turn's row is committed
 at once and only its history and shared rows wait, as before.
 
 Nothing reads them late in this process: every read of a table with queued rows, and every
 other write to it (an update's mirror, a deletion, a purge), first writes what waits
 (`barrier`), in order. A search may leave them waiting when it leaves their records out of its
 lists anyway: the chat step's own search, which excludes the turns in context (`excused`). What
-this process has remembered reading (`memos.store.lancedb.read_cache`: store counts, the turns in context)
+this process has remembered reading (`memos.store.read_cache`: store counts, the turns in context)
 counts a queued row as added when it is queued. Other processes see the rows within `DELAY` plus
 a commit, inside the `READ_CONSISTENCY` second that reads of another process's writes already
 allow. The queue is written at exit too: a task waiting on the delay that is cancelled

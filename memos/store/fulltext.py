@@ -19,31 +19,16 @@ of or beside the bigrams gave top-3 0.58-0.63 full-text only against the bigrams
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
-from typing import Any
 
-__all__ = ["FORM", "MARK", "cjk_share", "has_cjk", "index_form", "plain_text", "query_words", "text_index", "text_index_config"]
+__all__ = ["FORM", "MARK", "cjk_share", "has_cjk", "index_form", "plain_text", "query_words"]
 
 FORM = "cjk-bigrams-1"
 """The version of `index_form` a store's text column was written with (kept in its meta); a
-store opened with an older one is migrated once (`memos.store.lancedb.storage.Storage.open`)."""
+store opened with an older one is migrated once (`memos.store.lancedb.opening.open_storage`)."""
 
 MARK = "\x1f"
 """Separates a record's text from the CJK tokens appended for the index (a separator for the
 tokenizer, never typed by a user)."""
-
-def text_index_config() -> Any:
-    """The full-text index memos builds over a table's `text`: the simple tokenizer (see above),
-    no positions (no phrase queries; a smaller index)."""
-    from lancedb.index import FTS  # not at import: `import memos` loads no storage engine
-
-    return FTS(with_position=False)
-
-
-def text_index(table: Any, *, replace: bool = True) -> Callable[[], Awaitable[Any]]:
-    """The write that builds `table`'s full-text index (pass it to `Storage.write` or a retry)."""
-    return lambda: table.create_index("text", config=text_index_config(), replace=replace)
-
 
 _CJK = (
     "\u3040-\u30ff"  # kana

@@ -1,0 +1,222 @@
+"""When a table is optimized: compaction of its fragments, new rows folded into its indexes.
+
+Each commit adds a data fragment and a version whose manifest lists every fragment, so an
+uncompacted table grows on disk and slows down (rows not yet in the full-text index are scanned
+per query). An optimize costs in proportion to the table, though: it rewrites fragments and
+merges indexes whole. `Compaction` decides when one is due and runs it in the background, off
+the write path, one per table at a time and one rewrite per store at a time.
+
+Benchmark figures behind each constant are in docs/benchmarks.md (compaction policy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from memos._sync import best_effort, exiting
+
+from ._malloc import release_free_memory
+from .write_behind import closing
+
+__all__ = [
+    "COMPACT_DUTY",
+    "COMPACT_EVERY",
+    "COMPACT_GAP",
+    "COMPACT_GROWTH",
+    "HISTORY_COMPACT_EVERY",
+    "INDEX_EVERY_ROWS",
+    "KEEP_VERSIONS",
+    "MAX_COMMITS",
+    "QUIET_AFTER",
+    "SMALL_COMMIT_ROWS",
+    "Compaction",
+    "ending",
+]
+
+log = logging.getLogger("memos.store.lancedb.compaction")
+T = TypeVar("T")
+
+COMPACT_EVERY = 25
+"""Small commits to a table between automatic optimizes: trades a search's scan of one-row
+fragments against the background CPU of folding them in."""
+HISTORY_COMPACT_EVERY = 250
+"""The same for the history table, which no search reads: compacting it rewrites it whole."""
+INDEX_EVERY_ROWS = 1_000
+"""Rows written to a table before its indexes are brought up to date, at least."""
+COMPACT_GROWTH = 0.25
+"""...and at most this fraction of the rows the table held at its last optimize: a bulk load of
+n rows rewrites ~5n rows in all instead of ~n^2 / 2,000."""
+SMALL_COMMIT_ROWS = 4
+"""Commits of at most this many rows on average (a chat's turns) are optimized every
+`COMPACT_EVERY` commits; larger ones wait for `COMPACT_GROWTH` or `MAX_COMMITS`."""
+MAX_COMMITS = 200
+"""Commits after which a table is optimized whatever their size (fragments stay bounded)."""
+COMPACT_DUTY = 4.0
+"""An optimize starts no sooner than this many times the previous one's duration after it ended:
+a burst of writes spends at most a fifth of a core on a table's optimizes."""
+COMPACT_GAP = 1.0
+"""Seconds between two automatic optimizes of one table, at least."""
+QUIET_AFTER = 2.0
+"""Seconds without a commit after which what the spacing holds back is folded in anyway."""
+KEEP_VERSIONS = timedelta(minutes=10)
+"""How long automatic compaction keeps old table versions (readers still on one can finish)."""
+
+
+def ending() -> bool:
+    """Whether the process or this event loop is ending (`memos._sync.exiting`, `write_behind.closing`):
+    no automatic compaction starts then; one would outlive the loop and abort the interpreter."""
+    return exiting() or closing()
+
+
+@dataclass
+class _Schedule:
+    """One table's compaction bookkeeping."""
+
+    commits: int = 0
+    rows: int = 0  # rows written since the last optimize
+    sized: int = 0  # rows at the last automatic optimize
+    resting_until: float = float("-inf")
+    running: asyncio.Task[None] | None = None
+    quiet: asyncio.TimerHandle | None = None
+    searched: bool = False
+    hooks: list[weakref.WeakMethod[Callable[[], Awaitable[None]]]] = field(default_factory=list)
+
+
+class Compaction:
+    """Counts each table's commits and optimizes it in the background when due.
+
+    `write` runs one write the way the store does (lease, conflict retries); the optimize goes
+    through it like any other write."""
+
+    def __init__(self, write: Callable[[Any, Callable[[], Awaitable[Any]]], Awaitable[Any]]) -> None:
+        self._write = write
+        self._tables: dict[str, _Schedule] = {}
+        self._rewrite_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self.timer: Callable[[], float] = time.monotonic
+        """The clock of the optimizes' spacing (`COMPACT_DUTY`); tests replace it."""
+        self.quiet_after = QUIET_AFTER
+        """Seconds (of the event loop's clock) a table's writes pause before held-back rows are folded in."""
+
+    def _of(self, table: Any) -> _Schedule:
+        return self._tables.setdefault(table.name, _Schedule())
+
+    async def committed(self, table: Any, rows: int = 0, every: int = COMPACT_EVERY) -> None:
+        """Count a commit of `rows` rows, and start the table's optimize when it is due: after `every`
+        small commits, after new rows worth `COMPACT_GROWTH` of the table (at least
+        `INDEX_EVERY_ROWS`), or after `MAX_COMMITS`; never sooner than `COMPACT_DUTY` times the
+        previous one's duration after it. What that holds back is folded in once the table's
+        writes pause for `quiet_after` seconds. The write it follows has committed: this returns at once."""
+        state, loop = self._of(table), asyncio.get_running_loop()
+        state.commits += 1
+        state.rows += rows
+        if ending():  # the next writer or the maintenance job does it
+            return
+        if self._due(state, every) and self.timer() >= state.resting_until and self._start(table, state, loop):
+            return
+        if state.commits >= every or state.rows >= INDEX_EVERY_ROWS:  # held back: fold in once writes pause
+            if state.quiet is not None:
+                state.quiet.cancel()
+            state.quiet = loop.call_later(self.quiet_after, self._quietly, table, state, loop)
+
+    @staticmethod
+    def _due(state: _Schedule, every: int) -> bool:
+        commits, rows = state.commits, state.rows
+        return ((commits >= every and rows <= SMALL_COMMIT_ROWS * commits) or commits >= max(every, MAX_COMMITS)
+                or rows >= max(INDEX_EVERY_ROWS, COMPACT_GROWTH * state.sized))
+
+    def _start(self, table: Any, state: _Schedule, loop: asyncio.AbstractEventLoop) -> bool:
+        """Start a table's optimize in the background, unless one is in flight."""
+        if state.running is not None and not state.running.done() and state.running.get_loop() is loop:
+            return False
+        if state.quiet is not None:
+            state.quiet.cancel()
+            state.quiet = None
+        state.commits = state.rows = 0
+        state.running = best_effort(loop.create_task(self._optimize(table, state)))
+        return True
+
+    def _quietly(self, table: Any, state: _Schedule, loop: asyncio.AbstractEventLoop) -> None:
+        """A table's writes paused for `quiet_after` seconds: fold in what is still held back."""
+        state.quiet = None
+        if ending():
+            return
+        if (state.commits or state.rows) and not self._start(table, state, loop):
+            state.quiet = loop.call_later(self.quiet_after, self._quietly, table, state, loop)  # one in flight: later
+
+    async def rewrite(self, table: Any, op: Callable[[], Awaitable[T]]) -> T:
+        """A write that rewrites or indexes a table (an optimize, an index build): one at a time in this store."""
+        async with self.rewriting():
+            return await self._write(table, op)
+
+    @contextlib.asynccontextmanager
+    async def rewriting(self) -> AsyncIterator[None]:
+        """Hold this store's one slot for rewriting or indexing a table: each such write holds
+        hundreds of MB while it runs, so they never stack. The heap it freed goes back to the
+        operating system when it completes (`memos.store.lancedb._malloc`)."""
+        loop = asyncio.get_running_loop()
+        if self._rewrite_lock is None or self._rewrite_lock[0] is not loop:
+            self._rewrite_lock = (loop, asyncio.Lock())
+        async with self._rewrite_lock[1]:
+            yield
+            # not when it failed or was cancelled, nor once the loop's executor has shut down
+            with contextlib.suppress(RuntimeError):
+                await asyncio.to_thread(release_free_memory)
+
+    async def _optimize(self, table: Any, state: _Schedule) -> None:
+        async with self.rewriting():  # its duration below is its own, not the wait for the slot
+            started = self.timer()
+            try:
+                await self._write(table, lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
+                state.sized = await table.count_rows()
+            except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the writes have committed
+                state.commits += MAX_COMMITS  # due again at the next commit
+                log.warning("automatic compaction of %s skipped (%s); the next one or the maintenance job does it",
+                            table.name, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+            ended = self.timer()
+        state.resting_until = ended + max(COMPACT_GAP, COMPACT_DUTY * (ended - started))
+        if state.searched:
+            await _prewarm(table)
+        hooks, state.hooks = state.hooks, []
+        for ref in hooks:
+            if (hook := ref()) is not None and not ending():
+                try:
+                    await hook()
+                except Exception as exc:  # a read ahead of need: the reader reads it when it needs it
+                    log.debug("a read after optimizing %s skipped (%s)", table.name, exc)
+
+    async def optimize(self, table: Any) -> None:
+        """Optimize `table` now, as an automatic optimize does (its prewarm and hooks included)."""
+        await self._optimize(table, self._of(table))
+
+    def after_optimize(self, table: Any, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run `hook`, a bound method held weakly, once the table's next automatic optimize in this
+        process has ended (an optimize makes every remembered read of the table look stale)."""
+        self._of(table).hooks.append(weakref.WeakMethod(hook))
+
+    def searching(self, table: Any) -> None:
+        """`table` is searched in this process: its indexes are loaded again after each automatic optimize."""
+        self._of(table).searched = True
+
+    async def settle(self) -> None:
+        """Wait for the background optimizes this loop started."""
+        loop = asyncio.get_running_loop()
+        while running := [s.running for s in self._tables.values()
+                          if s.running is not None and not s.running.done() and s.running.get_loop() is loop]:
+            await asyncio.wait(running)
+
+
+async def _prewarm(table: Any) -> None:
+    """Load a searched table's indexes, which an optimize has just rebuilt, before a search needs them."""
+    try:
+        for index in await table.list_indices():
+            await table.prewarm_index(index.name)
+    except (OSError, RuntimeError, ValueError) as exc:  # a search loads them anyway
+        log.debug("prewarming the indexes of %s skipped (%s)", table.name, exc)
