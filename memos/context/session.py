@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from memos import prompts
 from memos._sync import with_sync_methods
@@ -40,7 +40,7 @@ from .window import BudgetPolicy, StepInputs, plan_step, render_system_prompt
 if TYPE_CHECKING:
     from memos.memory import MemoryOS
 
-__all__ = ["CompiledContext", "MemorySession", "Role"]
+__all__ = ["CompiledContext", "MemorySession", "Role", "section_frames"]
 
 Role = Literal["user", "assistant"]
 _ROLE_TAG = "role:"
@@ -96,7 +96,6 @@ class MemorySession:
         self.evicted_total = 0
         self._context_read = False
         """The step's reads were just checked by `record_turn` (the compile that follows need not check again)."""
-        self._section_frames: dict[str, int] | None = None
         self._fixed: dict[bool, tuple[tuple, int]] = {}
         """The prompt's fixed part counted last, with and without the store counts (`_counted`), by what it showed."""
         self._named: list[str] = []
@@ -317,7 +316,7 @@ class MemorySession:
 
         whole, bare = fixed(True), fixed(False)
         core = sum(count(b.value) + count(b.label) + 12 for b in blocks)
-        frames = self._frames()
+        frames = section_frames(self.memory.tokenizer)
         widest = prompts.render("pressure.j2", percent=99)
         inputs = StepInputs(
             instructions=max(0, bare - core), core=min(core, bare), metadata=max(0, whole - bare),
@@ -327,24 +326,6 @@ class MemorySession:
             notice=count(widest) + frames["notice"],
         )
         return inputs, lambda percent: None if percent is None else prompts.render("pressure.j2", percent=percent)
-
-    def _frames(self) -> dict[str, int]:
-        """Tokens each optional section's wrapper adds to the prompt (with a small margin for
-        the way BPE joins text), measured once by rendering the template with and without it."""
-        if self._section_frames is None:
-            count = self.memory.tokenizer.count
-            at = datetime(2000, 1, 1)
-            empty = dict(instructions="", blocks=(), counts=None, last_reflection=None, summary="", memories=(), notice=None, now=at)
-            base = count(render_system_prompt(**empty))
-            probe = Episode(summary="x", occurred_at=at)
-            with_hit = [Hit("episodic", probe, 0.0)]
-            with_hit[0].text = probe.render_line() if probe.render_group() else probe.render()
-            self._section_frames = {
-                "summary": count(render_system_prompt(**{**empty, "summary": "x"})) - base - count("x") + _FRAME_MARGIN,
-                "memories": count(render_system_prompt(**{**empty, "memories": with_hit})) - base - count(render_hits(with_hit)) + _FRAME_MARGIN,
-                "notice": count(render_system_prompt(**{**empty, "notice": "x"})) - base - count("x") + _FRAME_MARGIN,
-            }
-        return self._section_frames
 
     async def conversation_search(self, query: str | None = None, *, since: datetime | None = None,
                                   until: datetime | None = None, limit: int = 10) -> list[Episode]:
@@ -497,3 +478,28 @@ def _newest_part(summary: str, tokens: int, count: Callable[[str], int]) -> str:
     if tokens <= 0 or not summary:
         return ""
     return "\n".join(newest_lines(summary.splitlines(), tokens, count))
+
+
+_FRAMES: dict[int, tuple[Any, dict[str, int]]] = {}
+
+
+def section_frames(tokenizer: Any) -> dict[str, int]:
+    """Tokens each optional section's wrapper adds to the prompt (with a small margin for the way
+    BPE joins text), measured once per tokenizer by rendering the template with and without it."""
+    cached = _FRAMES.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1]
+    count = tokenizer.count
+    at = datetime(2000, 1, 1)
+    empty = dict(instructions="", blocks=(), counts=None, last_reflection=None, summary="", memories=(), notice=None, now=at)
+    base = count(render_system_prompt(**empty))
+    probe = Episode(summary="x", occurred_at=at)
+    with_hit = [Hit("episodic", probe, 0.0)]
+    with_hit[0].text = probe.render_line() if probe.render_group() else probe.render()
+    frames = {
+        "summary": count(render_system_prompt(**{**empty, "summary": "x"})) - base - count("x") + _FRAME_MARGIN,
+        "memories": count(render_system_prompt(**{**empty, "memories": with_hit})) - base - count(render_hits(with_hit)) + _FRAME_MARGIN,
+        "notice": count(render_system_prompt(**{**empty, "notice": "x"})) - base - count("x") + _FRAME_MARGIN,
+    }
+    _FRAMES[id(tokenizer)] = (tokenizer, frames)
+    return frames
