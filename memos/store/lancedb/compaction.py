@@ -31,13 +31,13 @@ __all__ = [
     "COMPACT_EVERY",
     "COMPACT_GAP",
     "COMPACT_GROWTH",
+    "Compaction",
     "HISTORY_COMPACT_EVERY",
     "INDEX_EVERY_ROWS",
     "KEEP_VERSIONS",
     "MAX_COMMITS",
     "QUIET_AFTER",
     "SMALL_COMMIT_ROWS",
-    "Compaction",
     "ending",
 ]
 
