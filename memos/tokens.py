@@ -97,8 +97,7 @@ class Tokenizer:
 
         A long text is counted line by line (`_PIECE`), each line's count remembered: a chat
         step's prompt (6-8k tokens) is mostly the lines the step before counted (instructions,
-        core blocks, summary, recalled memories), and counting it whole was ~1.7 ms each time,
-        three times a step (README, issue 18)."""
+        core blocks, summary, recalled memories), so only the new lines are counted."""
         if not text:
             return 0
         if len(text) <= _SHORT:

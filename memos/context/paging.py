@@ -61,8 +61,8 @@ class ExtractiveSummarizer:
 def newest_lines(lines: Sequence[str], tokens: int, count: Callable[[str], int], *, at_least: int = 0) -> list[str]:
     """The longest run of the last `lines` whose joined text counts at most `tokens` (but at least
     `at_least` lines): what dropping the oldest line until the rest fits gives, with the text
-    counted a few times instead of once per line dropped (an eviction of 25 turns dropped as many
-    summary lines, each a count of the whole summary: ~10 ms of a chat step; README, issue 18).
+    counted a few times instead of once per line dropped (an eviction of many turns drops as many
+    summary lines).
     Each line is counted on its own to find the cut, then the joined text decides it."""
     if not lines:
         return []

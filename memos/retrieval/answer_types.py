@@ -3,11 +3,8 @@
 A question often says what its answer looks like: "When did Caroline go to the support group?"
 and `婚礼是哪一天？` want a time, "What book did Melanie read?" and `李明推荐王芳看什么书？` a title.
 The record that answers holds one ("I went to a support group yesterday", `推荐你看...《流浪地球》`),
-and most records around it do not: on the LOCOMO dev file 80% of the evidence turns of a
-"when" question name a time, against 12% of all turns; a quarter of the evidence turns of a
-question about a book, song or film quote a title, against 1% of all turns; 40% of those of a
-"how many / how long" question hold a number, against 7% (Chinese set: 71% against 15%, 3 of 3
-against 4%, 88% against 41%). So the hits that carry the kind of answer asked for rise
+and most records around it do not (the shares, in English and Chinese, are in
+docs/benchmarks.md). So the hits that carry the kind of answer asked for rise
 by a multiplier, as the turns of a named speaker do (`memos.retrieval.speakers`): a boost, never a
 filter, and a question that asks for no particular kind is ranked as before.
 

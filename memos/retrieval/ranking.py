@@ -20,8 +20,8 @@ __all__ = ["Candidate", "Hit", "RankingPolicy", "RowView", "fuse", "rank_rows"]
 
 @dataclass(frozen=True)
 class RankingPolicy:
-    """Knobs of the fused score. Defaults are tuned on half of the LOCOMO dev split and checked
-    on the other half (see README)."""
+    """Knobs of the fused score. Defaults are tuned on half of a benchmark's dev split and checked
+    on the other half (docs/benchmarks.md)."""
 
     fusion: Literal["score", "rrf"] = "score"
     """How the dense and full-text lists combine. "score": a weighted sum of each list's scores

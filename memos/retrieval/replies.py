@@ -15,10 +15,8 @@ answer its speaker gave to the question it drew, and such an answer brings the s
 one more hit marked `exchange` (`exchange_partners`).
 
 A budgeted search already brings the turns around its best hits (`memos.retrieval.search`), so this
-is for top-k searches only. Measured on the Chinese set, full-text only: replies took top-3
-from 0.667 to 0.737 (0.56 more records a question), exchanges to 0.807 (1.5 more; more than
-a plain k=4 or k=5 search finds with as many records); on LOCOMO dev with the default
-embedder top-3 0.462 -> 0.507 -> 0.552 (as much as a plain k=4; README "Languages").
+is for top-k searches only. What the replies and exchanges add to a top-3 search, on the
+Chinese set and on LOCOMO dev, is in docs/languages.md.
 """
 
 from __future__ import annotations

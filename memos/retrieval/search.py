@@ -104,13 +104,13 @@ async def search(
     # query for all of them, whose rows carry the records (memos.store.lancedb.search_index); the others with
     # their own queries. A budgeted search keeps its per-store lists: through the shared table
     # it had to read the head of its fused list by id afterwards (up to budget / 8 rows), which
-    # cost more than the queries it saved (README, issue 18, third round).
+    # cost more than the queries it saved (docs/benchmarks.md).
     shared = [n for n in request.types if known[n] and lean and storage.search.usable and storage.search.covers(n)
               and not _as_of(storage, request, n)]
     # the store filter is left out of the shared queries when it would keep every row anyway:
     # every store the table mirrors is searched there or holds no row at all (a row that lands in
     # one meanwhile is of a store the request names); rows the indexes do not cover yet (a chat's
-    # newest) are filtered column by column, and this one costs ~0.1 ms a query on the 100k store
+    # newest) are filtered column by column, and this one costs each query a little
     whole = all(n in shared or (n in known and not known[n] and not _as_of(storage, request, n)) for n in storage.search.types)
     known |= {name: False for name in request.empty if name in known and name not in shared}
     searched = [n for n in request.types if known[n]]
@@ -188,7 +188,7 @@ async def search(
         if request.budget_tokens is not None:  # a budgeted search has its candidates' rows (speakers) at hand
             return favour_speakers(hits, query, request.policy.speaker_weight)
         # a top-k search favours the hits that carry the kind of answer asked for (a budgeted one
-        # measured no gain from it on LOCOMO's held-out half: docs/languages.md)
+        # measured no gain from it: docs/languages.md)
         return favour_answers(hits, query, request.policy.answer_weight)
 
     # a question in parts ("where did he propose, and in which city is the wedding?") is searched
@@ -296,7 +296,7 @@ def _shared_candidates(rows: list[dict], source: str, views: dict[tuple[str, str
     `memos.retrieval.ranking.fuse` scales a store's full-text scores by its first `depth` rows, so a row
     ranked lower adds 0 to a fused score and is left out: the shared list reads `depth` rows
     per store, most of them one store's, and making candidates of all of them was half of a
-    top-30 search's ranking (README, issue 18). A vector list is scaled over every store's rows
+    top-30 search's ranking. A vector list is scaled over every store's rows
     at once, so a lower-ranked row of one store may still score: it is kept whole."""
     limit = depth if source == "text" else len(rows)
     by_store: dict[str, list[dict]] = {}

@@ -1,18 +1,16 @@
 """Speaker-aware ranking: a query that names one of the people who spoke favours their turns.
 
 In a conversation between named people, a question about one of them ("What activities does
-Melanie partake in?", "王芳在哪个城市工作？") is answered by what that person said: on the
-LOCOMO dev file 97% of the evidence turns of a question naming exactly one speaker are that
-speaker's own. Names in the query already weigh in full-text search, but a speaker's name is
+Melanie partake in?", "王芳在哪个城市工作？") is answered by what that person said: nearly all
+the evidence turns of a question naming exactly one speaker are that speaker's own. Names in the query already weigh in full-text search, but a speaker's name is
 in half of a conversation's indexed turns, so it says almost nothing there; here it becomes a
 multiplier instead. The raw-mode complement of the entity graph (whose name links did not
-pay on LOCOMO, see README "Entity graph"): the speaker is the one name every turn carries.
+pay in raw mode, see docs/entity-graph.md): the speaker is the one name every turn carries.
 
 Pure: `favour_speakers` takes fused hits and returns them re-ordered. A query naming every
 speaker among the hits (or none, or only roles such as "user") leaves the order as it was.
 
-Where the others call a speaker by name ("Thanks, Melanie!" in a fifth to two thirds of the
-other speaker's turns in each LOCOMO conversation), that name is taken out of the query the
+Where the others call a speaker by name ("Thanks, Melanie!", often in a conversation), that name is taken out of the query the
 turns are matched against (`without_speakers`, `SpeakerTally`): who said a turn is its `actor`,
 weighed by the multiplier above, and a name said *to* someone tells nothing of the topic. Left
 in, it made the query's vector and words match the turns that address the speaker and the
@@ -74,8 +72,7 @@ class SpeakerTally:
     def of(cls, speakers: Sequence[str | None] | pa.Array | pa.ChunkedArray,
            texts: Sequence[str | None] | pa.Array | pa.ChunkedArray) -> SpeakerTally:
         """The tally of a whole conversation from two columns: who said each turn, and what.
-        Counted column by column (pyarrow compute: 100k turns in ~50 ms, a loop over them in
-        Python took 0.4 s)."""
+        Counted column by column (pyarrow compute), not in a Python loop over the turns."""
         actors = _strings(speakers)
         said_counts = pc.value_counts(actors)
         said = {value.as_py(): count.as_py() for value, count in zip(said_counts.field("values"), said_counts.field("counts"), strict=True)

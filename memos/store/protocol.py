@@ -39,9 +39,8 @@ RECORD = "record"
 """The column a search reads of each candidate: one line of what ranking needs (a JSON array:
 store, id, importance, the record's time in microseconds), then the record as a search returns
 it (its typed row without the vector and the secret fields, JSON, datetimes in ISO form). So a
-top-k search's winners need no read by id from their own stores (on the 100k bench store that
-was ~3.8 reads side by side after the queries, a third of a search), and each query reads one
-column of its candidates: every further column cost 0.5-1 ms a query there (README, issue 18)."""
+top-k search's winners need no read by id from their own stores, and each query reads one
+column of its candidates (each further column costs every query)."""
 
 
 class RecordTable(Protocol):

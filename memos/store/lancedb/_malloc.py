@@ -49,8 +49,8 @@ def release_free_memory() -> bool:
 
 def freeze_startup_objects() -> None:
     """Leave the objects a long-running process holds once started (modules, the store's handles
-    and caches) out of Python's cyclic collector (`gc.freeze`): each full collection walked ~80k of
-    them, 30-45 ms on two cores, a pause in whichever chat step met it (README, issue 18). Garbage
+    and caches) out of Python's cyclic collector (`gc.freeze`): each full collection walked all of
+    them, a pause in whichever chat step met it. Garbage
     is collected first; what is created afterwards is collected as usual. For processes memos
     runs (`memos chat`, `memos bench turn`); an application may call `gc.freeze()` alike."""
     gc.collect()

@@ -1,15 +1,13 @@
 """Index policy: which tables need an ANN vector index, and building the indexes.
 
 Brute-force vector search over a scope-filtered table is exact and, below tens of thousands
-of rows, fast enough (LanceDB scans ~100k 384-d rows in ~50 ms here). Past `ANN_MIN_ROWS` a
+of rows, fast enough. Past `ANN_MIN_ROWS` a
 table gets an IVF-HNSW index (cosine). Every search still prefilters by scope first, so an
 index never lets one user's query see another's rows. A B-tree on `user_id` makes that
 prefilter an index lookup: without it every query reads the scope columns *and the vectors*
-of the whole table before filtering (measured on the 100k scale store: p50 47 -> 43 ms,
-and ~230 MB less resident memory while searching). Bitmaps on `agent_id` and `status` (few
-distinct values) complete it: the whole scope-and-status filter is answered from indexes and
-no query reads those columns row by row (p50 38 -> 34 ms, p95 47 -> 38 ms; a B-tree on
-`agent_id` instead gave 37 / 42 ms).
+of the whole table before filtering. Bitmaps on `agent_id` and `status` (few distinct
+values) complete it: the whole scope-and-status filter is answered from indexes and no query
+reads those columns row by row. (Measurements: docs/benchmarks.md, "Indexes".)
 """
 
 from __future__ import annotations
@@ -36,14 +34,12 @@ MAX_INDEX_PARTS = 32
 """A vector index in more parts than this is built again whole. Each optimize adds the new rows
 to a table's vector index as one more part (LanceDB appends, it never merges them), and keeps
 each part's rows in fragments of their own (a compaction merges only fragments under the same
-index parts): a chat's 1,000 one-row commits on the 100k bench store's shared table made 41 parts
-and 41 fragments, and a scoped vector query's CPU went from 7.5 to 14.7 ms (p50 of 55). The
+index parts), so a chat's one-row commits slowly make every vector query dearer. The
 rebuild also sizes the partitions for the rows the table has now."""
 _SCALAR_INDEXES = {"user_id": ("btree", BTree), "agent_id": ("bitmap", Bitmap), "status": ("bitmap", Bitmap), "id": ("btree", BTree)}
 """The filter columns every search uses, and the kind of index each gets. A search of the shared
-table (`memos.store.lancedb.search_index`) reads its winners' rows from their stores by id: on the 100k bench
-store a read of 3 rows by id took 7.1 ms without a B-tree on `id`, 3.9 ms with it (by row
-address: 3.3-3.6 ms), and a top-k search 39.4 -> 31.9 ms."""
+table (`memos.store.lancedb.search_index`) may read its winners' rows from their stores by id,
+which the B-tree on `id` makes a lookup."""
 _SHARED_INDEXES = {"user_id": ("btree", BTree), "agent_id": ("bitmap", Bitmap), "status": ("bitmap", Bitmap),
                    "memory_type": ("bitmap", Bitmap), "key": ("btree", BTree)}
 """The shared search table's: scope and status as everywhere, its store column, and the key its

@@ -1,9 +1,8 @@
 """The turn journal: a chat turn is durable once it is appended here, before LanceDB has it.
 
-A chat turn used to be a LanceDB commit of its own the moment it was recorded (a data file, a
-transaction file and a manifest listing every fragment: ~4 ms of CPU, and every 25 such commits
-an optimize that rewrote the turns' table, 200-250 ms of the two cores a turn needs; README,
-issue 18). Now the turn's rows are appended to a journal segment, a plain file in the store's
+A LanceDB commit is a data file, a transaction file and a manifest listing every fragment, and
+enough of them bring an optimize that rewrites the table: too dear for every chat turn. So a
+turn's rows are appended to a journal segment, a plain file in the store's
 directory, and `memos.store.lancedb.write_behind` writes them to their tables in batches a moment later. A
 write returns once the bytes are in the operating system's hands: the same durability LanceDB's
 own commits have here (they make no `fsync` either), so a crash of the process loses nothing

@@ -33,7 +33,7 @@ async def compact_tables(storage: Storage, *, cleanup_older_than: timedelta = KE
 
     Old versions are kept as long as the automatic compactions keep them (`KEEP_VERSIONS`), no
     longer: nothing in memos reads an older version, and LanceDB's default of 7 days kept every
-    rewrite of a bulk load on disk (a 100k `bench scale` store stayed at 16 GB for 0.5 GB of rows)."""
+    rewrite of a bulk load on disk."""
     out: dict[str, Any] = {}
     tables = {name: t.table for name, t in storage.tables.items()}
     tables["_history"] = storage.history

@@ -1,12 +1,12 @@
 """One shared search table for the stores a search covers by default, mirrored from them.
 
-A top-k search used to make a vector and a full-text query per store (ten LanceDB queries
-over the five default stores, each with a fixed cost of 2.5-6 ms of CPU here). The shared
+A top-k search would make a vector and a full-text query per store (ten LanceDB queries over
+the five default stores, each with a fixed cost). The shared
 table holds, for every record of the mirrored stores, what ranking and filtering read (id,
 store, scope, status, importance, time, tags), its indexed text, its vector and the record as
 a search returns it (`RECORD`: every field but the vector and the secret fields); a search
 makes one vector and one full-text query on it, always inside the scope, and builds its winners
-from those rows, with no second read from their own stores (README, issue 18).
+from those rows, with no second read from their own stores.
 
 The typed tables stay the source of truth. Every write to a mirrored store is repeated here
 right after it commits (`Storage` calls `added`, `upserted`, `synced`); a write here that fails
@@ -267,7 +267,7 @@ class SearchIndex:
         """Compare the shared table with the typed tables (ids and `updated_at`) and fix what
         differs: rows missing or stale here are written from the typed rows, rows left over
         (deleted, or doubled by a repair racing a writer) are removed. Returns the counts.
-        The comparison is two Arrow joins per store (~1 s at open for a 100k store here)."""
+        The comparison is two Arrow joins per store."""
         fixed = {"written": 0, "removed": 0}
         for memory_type in self.types:
             truth = await self._pairs(self.storage.tables[memory_type].table, None)
@@ -387,9 +387,8 @@ class SearchIndex:
 class Gathered:
     """Rows added to several stores inside a `with` block are mirrored in one commit by `flush`,
     which the caller awaits afterwards (also when the block failed: the stores that committed are
-    mirrored), beside its history append. One `MemoryOS.add` of mixed records made a commit here
-    per store: at 100k records insert fell from 334 to 185 records/s and the table's versions
-    took 10 GB of disk until compaction dropped them."""
+    mirrored), beside its history append: one `MemoryOS.add` of mixed records is one commit here,
+    not one per store (each commit is a version on disk until compaction)."""
 
     def __init__(self, index: SearchIndex) -> None:
         self.index = index

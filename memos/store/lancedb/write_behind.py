@@ -2,8 +2,8 @@
 
 A chat turn is one record added to the turns' store, and three rows: its row there, its history
 row (`memos.jobs.audit`) and its row in the shared search table (`memos.store.lancedb.search_index`). Each was a
-LanceDB commit (~4 ms of CPU each whatever the rows), and the commits brought most of the
-background optimizes, on two cores that the turn's own queries need (README, issue 18). Here
+LanceDB commit (a fixed cost whatever the rows), and the commits brought most of the
+background optimizes, on the cores that the turn's own queries need. Here
 they are queued instead and written together: `DELAY` seconds after the first of a batch (during
 the model's call, in a chat), or at once when `LIMIT` rows wait. The turn's own row is first in
 every batch; its history and shared rows follow once it has committed.
