@@ -16,7 +16,7 @@ __all__ = ["MemoryDeps"]
 class MemoryDeps:
     """One agent's view of memory: a `MemorySession` (its scope, core blocks, recall log)."""
 
-    session: MemorySession
+    session: MemorySession[MemoryOS]
     actor: str = "agent"
     """Written into history for every change the tools make."""
     approver: str = "user"

@@ -118,7 +118,8 @@ async def run_demo(
             text = turns[index][1]
             if agent is not None:
                 reply = await agent.chat(text)
-                ctx = agent.last.context  # type: ignore[union-attr]
+                assert agent.last is not None
+                ctx = agent.last.context
             else:
                 assert session is not None
                 turn = await session.record_turn("user", text, actor=user)

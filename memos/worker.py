@@ -39,14 +39,13 @@ def run_worker(
     Stops on SIGINT/SIGTERM, when `stop` is set, after `duration` seconds, or once `stop_file` exists
     (a portable way for another process to ask it to finish its current jobs and exit).
     """
-    from .jobs import register_live, unregister_live
     from .memory import MemoryOS
     from .scheduler import MemoryScheduler
 
     stop = stop or threading.Event()
     memory = MemoryOS.open_sync(uri, embedder=embedder)
-    register_live(memory, model)
-    scheduler = MemoryScheduler(memory.storage.uri, jobs_url=jobs_url, mode="thread", max_workers=max_workers)
+    scheduler = MemoryScheduler(memory.storage.uri, jobs_url=jobs_url, mode="thread", max_workers=max_workers,
+                                memory=memory, model=model)
     runs: list[dict[str, Any]] = []
     scheduler.add_listener(lambda event: runs.append({"job": event.job_id}), _executed_mask())
     if threading.current_thread() is threading.main_thread():
@@ -63,7 +62,6 @@ def run_worker(
             stop.wait(min(0.2, remaining) if remaining is not None else 0.2)
     finally:
         scheduler.shutdown(wait=True)
-        unregister_live(memory)
     return {"runs": len(runs)}
 
 

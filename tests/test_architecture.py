@@ -12,8 +12,9 @@
    | 3 faces | the package root `memos` (its `__init__` wires the agents in), `memos.cli`, `memos.mcp_server`, `memos.serve`, `memos.bench`, `examples/` |
 
    What the kernel needs from a model is a protocol in the kernel (`memos.paging.Summarizer`,
-   `memos.model_backend`); the pydantic-ai implementations live in `memos.agents` and reach the
-   kernel through `memos.model_backend.register_backend`, called by the package root.
+   `memos.model_backend`); the pydantic-ai implementations live in `memos.agents` and are passed
+   in (`MemoryOS.open(..., backend=...)`) or loaded by the facade on first use: `REACH_UP`, the
+   one import allowed up a floor, and the one allowed to close a circle.
 
 2. No module touches another module's underscore names: no `from x import _name` across
    modules, no `obj._name` on anything but `self` / `cls`. Private modules (`memos._sync`,
@@ -27,6 +28,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"memos": ROOT / "memos", "memos.agents": ROOT / "agents", "memos.memtypes": ROOT / "memtypes",
@@ -106,15 +109,78 @@ def test_floor_names_cover_every_module():
     assert floor_of("memos.memtypes.base") == 0 and floor_of("memos") == 3 and floor_of("memos.mcp_server") == 3
 
 
+REACH_UP = {("memos.memory", "memos.agents.backend")}
+"""The facade loads the pydantic-ai backend on first use (`MemoryOS.backend`), inside that property."""
+
+KNOWN_CIRCLES = [{"memos.storage", "memos.search_index"}]
+"""Circles the storage protocol work removes; a new one fails `test_no_import_circles`."""
+
+
+def _resolved(name: str) -> str:
+    while name and name not in KNOWN:
+        name = name.rpartition(".")[0]
+    return name
+
+
 def test_every_import_points_down_or_sideways():
     upward = []
     for module in modules():
         own = floor_of(module.name)
         for line, target in imports_of(module):
-            if floor_of(target) > own:
+            if floor_of(target) > own and (module.name, target) not in REACH_UP:
                 upward.append(f"{module.path.relative_to(ROOT)}:{line} ({FLOORS[own][0]}) imports {target} "
                               f"({FLOORS[floor_of(target)][0]})")
     assert not upward, "imports that go up a floor:\n" + "\n".join(upward)
+
+
+def test_no_import_circles():
+    """Every import counts (lazy and `TYPE_CHECKING` ones too), but for the facade's one reach up."""
+    graph = {m.name: {_resolved(t) for _, t in imports_of(m)} - {m.name, ""} for m in modules()}
+    for module, target in REACH_UP:
+        graph[module].discard(target)
+    circles, index, low, stack, on_stack = [], {}, {}, [], set()
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while not component or v not in component:
+                component.add(stack.pop())
+            on_stack.difference_update(component)
+            if len(component) > 1 and component not in KNOWN_CIRCLES:
+                circles.append(sorted(component))
+
+    for name in graph:
+        if name not in index:
+            visit(name)
+    assert not circles, f"import circles: {circles}"
+
+
+@pytest.mark.xfail(strict=True, reason="26 remain (graph.py, session.py, cli, bench); the typing work brings them to 5")
+def test_type_ignores_are_few_and_explained():
+    """At most 5 `# type: ignore` in the packages, each narrowed to an error code and followed
+    by its reason (`# type: ignore[code]  # why`)."""
+    found, unexplained = [], []
+    for module in modules():
+        if module.name.startswith("examples"):
+            continue
+        for number, line in enumerate(module.path.read_text().splitlines(), 1):
+            if "# type: ignore" in line:
+                where = f"{module.path.relative_to(ROOT)}:{number}"
+                found.append(where)
+                rest = line.split("# type: ignore", 1)[1]
+                if not rest.startswith("[") or "#" not in rest.split("]", 1)[-1]:
+                    unexplained.append(where)
+    assert len(found) <= 5, f"{len(found)} type: ignore comments: {found}"
+    assert not unexplained, f"type: ignore without an error code and a reason: {unexplained}"
 
 
 def test_readme_states_the_same_floors():

@@ -122,7 +122,7 @@ def context(
 ) -> None:
     """The compiled context of a scope, with a token bar per section."""
     memory = _open(db, embedder)
-    sess: MemorySession = memory.session_sync(Scope(user, agent, session), budget=budget)
+    sess = memory.session_sync(Scope(user, agent, session), budget=budget)
     if not sess.context and not message:
         fail(f"session {session!r} of user {user!r} and agent {agent!r} has no turns yet; pass --message to compile for one")
     ctx = run_sync(sess.preview(message) if message else sess.compile())
