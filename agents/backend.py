@@ -13,7 +13,7 @@ from typing import Any
 
 from memos.memory import MemoryOS
 from memos.memtypes import MemoryRecord
-from memos.scope import Scope
+from memos.store.scope import Scope
 
 from .chat import ChatAgent
 from .consolidation import FactDecision, decide_conflicts

@@ -18,8 +18,8 @@ from pydantic_ai.capabilities import Capability
 
 from memos import prompts
 from memos.memory import MemoryOS
-from memos.scope import Scope
-from memos.session import MemorySession
+from memos.store.scope import Scope
+from memos.context.session import MemorySession
 
 from .deps import MemoryDeps
 from .tools import memory_toolset

@@ -33,12 +33,12 @@ from pydantic_ai.exceptions import ModelAPIError
 from pydantic_ai.usage import UsageLimits
 
 from memos._sync import check_sync_twins, sync_twin
-from memos.context_window import BudgetPolicy
+from memos.context.window import BudgetPolicy
 from memos.exceptions import ConfigError
 from memos.memory import MemoryOS
-from memos.paging import Summarizer
-from memos.scope import Scope
-from memos.session import CompiledContext, MemorySession
+from memos.context.paging import Summarizer
+from memos.store.scope import Scope
+from memos.context.session import CompiledContext, MemorySession
 from memos.memtypes import Episode
 
 from .deps import MemoryDeps

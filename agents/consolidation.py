@@ -1,7 +1,7 @@
 """The consolidation agent: decides add / update / supersede / nothing for pairs of facts.
 
-Used by `memos.jobs.consolidate` when a model is configured; without one the kernel's
-conservative heuristic (`memos.consolidation.plan_contradictions`) decides instead.
+Used by `memos.jobs.runs.consolidate` when a model is configured; without one the kernel's
+conservative heuristic (`memos.jobs.consolidation.plan_contradictions`) decides instead.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memos.core_memory import CoreMemory
+from memos.context.core_memory import CoreMemory
 from memos.memory import MemoryOS
-from memos.scope import Scope
-from memos.session import MemorySession
+from memos.store.scope import Scope
+from memos.context.session import MemorySession
 
 __all__ = ["MemoryDeps"]
 

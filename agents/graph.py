@@ -14,12 +14,12 @@ from typing import Any
 from pydantic_ai import ModelRetry
 from pydantic_ai.toolsets import FunctionToolset
 
-from memos.entity_extraction import query_names
+from memos.graph.extraction import query_names
 from memos.exceptions import MemosError
-from memos.graph import ENTITY_COLUMNS, GraphView
+from memos.graph.entities import ENTITY_COLUMNS, GraphView
 from memos.memory import MemoryOS
 from memos.memtypes.entity import normal_name
-from memos.scope import Scope, Where
+from memos.store.scope import Scope, Where
 
 from .arguments import parse_when
 from .deps import MemoryDeps

@@ -20,7 +20,7 @@ from pydantic_ai.usage import UsageLimits
 from memos import prompts
 from memos.exceptions import MemosError
 from memos.memory import MemoryOS
-from memos.scope import Scope
+from memos.store.scope import Scope
 from memos.memtypes import BASE_FIELDS, Episode, MemoryRecord
 
 from .graph import apply_graph, check_graph, graph_notes
@@ -238,7 +238,7 @@ class MemoryManager:
             merged = self._build(record_type, action.fields, sources).model_copy(
                 update={"importance": max([o.importance for o in olds])})
             [stored] = await self.memory.add(self.scope, merged, actor=ACTOR)
-            for old in olds:  # what consolidation leaves behind too (memos.merging): archived, linked, tagged "merged"
+            for old in olds:  # what consolidation leaves behind too (memos.jobs.merging): archived, linked, tagged "merged"
                 await self.memory.merge_into(_scope_of(old), action.store, old.id, stored.id, actor=ACTOR, reason="memory manager")
             report.written.append(("merge", action.store, stored.id))
 

@@ -2,7 +2,7 @@
 
 Structured output (`Reflection`); an insight that cites an id it was not shown, or a fact
 without a subject, goes back to the model as a `ModelRetry` naming the valid ids. The job that
-calls it (`memos.jobs.reflect`) decides when to reflect and stores what comes back.
+calls it (`memos.jobs.runs.reflect`) decides when to reflect and stores what comes back.
 """
 
 from __future__ import annotations

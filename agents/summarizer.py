@@ -15,7 +15,7 @@ __all__ = ["ModelSummarizer"]
 
 
 class ModelSummarizer:
-    """`Summarizer` (see `memos.paging`) that asks a model; the summary stays under `max_words`."""
+    """`Summarizer` (see `memos.context.paging`) that asks a model; the summary stays under `max_words`."""
 
     def __init__(self, model: Any, *, max_words: int = 250) -> None:
         self.max_words = max_words

@@ -1,6 +1,6 @@
 """memos: an operating-system-style memory for long-running LLM agents.
 
-    from memos import MemoryOS, Scope
+    from . import MemoryOS, Scope
 
     mem = MemoryOS.open_sync("memos-data")            # local LanceDB dir, offline embedder
     alice = Scope("alice")
@@ -38,7 +38,7 @@ from .exceptions import (  # noqa: E402
     StoreUnavailableError,
     UnknownMemoryTypeError,
 )
-from .scope import Scope  # noqa: E402
+from memos.store.scope import Scope  # noqa: E402
 
 # The facade and what it pulls in (LanceDB, pyarrow, tiktoken) load on first use of a name below,
 # so `import memos` (and `memos --help`) costs no storage import (PEP 562 module __getattr__).

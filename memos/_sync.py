@@ -46,7 +46,7 @@ EXIT_SETTLE = 0.1
 call resolves its Python future from one of LanceDB's own threads, which holds a Python thread
 state for a moment after the result is delivered; the interpreter finalizing in that moment
 aborts the process ("PyGILState_Release: thread state ... must be current when releasing", exit
-134). Rows a chat wrote at exit (`memos.write_behind`) made it likely: 9 of 170 runs of a
+134). Rows a chat wrote at exit (`memos.store.lancedb.write_behind`) made it likely: 9 of 170 runs of a
 `chat_sync` script that ends at once, on two loaded cores; 0 of 80 with this wait."""
 
 BEST_EFFORT_GRACE = 2.0
@@ -86,7 +86,7 @@ def exiting() -> bool:
 async def _finish_pending(timeout: float, grace: float = BEST_EFFORT_GRACE) -> int:
     """Let the loop's unfinished tasks end (up to `timeout` s; `best_effort` ones up to `grace`
     s); cancel the rest; return how many cancelled tasks were not best-effort. Tasks that those
-    tasks start meanwhile (rows written behind a turn: `memos.write_behind`) are waited for too."""
+    tasks start meanwhile (rows written behind a turn: `memos.store.lancedb.write_behind`) are waited for too."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     late: set[asyncio.Task[Any]] = set()

@@ -16,12 +16,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memos.memtypes import Episode, VaultItem
+from .memtypes import Episode, VaultItem
 
 from .exceptions import ConfigError
 from .memory import MemoryOS
-from .scope import Scope
-from .session import MemorySession
+from memos.store.scope import Scope
+from memos.context.session import MemorySession
 
 __all__ = ["DemoAnswer", "DemoResult", "DemoStep", "load_script", "run_demo"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from memos.memtypes import Resource
+from .memtypes import Resource
 
 __all__ = ["MAX_CHUNK_CHARS", "chunk_text", "resources_from_text"]
 

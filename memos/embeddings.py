@@ -77,7 +77,7 @@ class TextEmbedder:
     takes `LOCAL_BATCH`)."""
     english_only: bool = False
     """The model knows English only (the default MiniLM): on a query in another script its
-    vectors are mostly noise, and retrieval weighs its list down there (`memos.retrieval`)."""
+    vectors are mostly noise, and retrieval weighs its list down there (`memos.retrieval.search`)."""
 
     async def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Vectors for texts to store (batched)."""

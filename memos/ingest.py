@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from memos.memtypes import Episode
+from .memtypes import Episode
 
 from .exceptions import InvalidRecordError
-from .scope import Scope
+from memos.store.scope import Scope
 
 __all__ = ["CONTEXT_CHARS", "MAX_MESSAGE_CHARS", "Message", "episodes_from_messages", "turn_context"]
 

@@ -18,28 +18,28 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import ValidationError
 
-from memos.memtypes import BASE_FIELDS, BUILTIN_TYPES, Episode, MemoryRecord, new_id
+from .memtypes import BASE_FIELDS, BUILTIN_TYPES, Episode, MemoryRecord, new_id
 
 from . import validation as check
 from ._sync import check_sync_twins, sync_classmethod_twin, sync_twin
 from .embeddings import LOCAL_BATCH, TextEmbedder, resolve_embedder
 from .exceptions import ConfigError, DuplicateIdError, InvalidRecordError, RecordChangedError, RecordNotFoundError, UnknownMemoryTypeError
 from .ingest import Message, episodes_from_messages
-from .merging import MERGE, SUPERSEDE, merge_note, merged_marks, superseded_marks
+from memos.jobs.merging import MERGE, SUPERSEDE, merge_note, merged_marks, superseded_marks
 from .model_backend import MemoryAgent, ModelBackend
-from .ranking import Hit, RankingPolicy
-from .retrieval import SearchRequest, search
-from .scope import Scope, Where, validate_record_id, validate_value
-from .read_cache import FORGET, ReadCache
-from .storage import META, HistoryEntry, Storage, history_row
+from memos.retrieval.ranking import Hit, RankingPolicy
+from memos.retrieval.search import SearchRequest, search
+from memos.store.scope import Scope, Where, validate_record_id, validate_value
+from memos.store.read_cache import FORGET, ReadCache
+from memos.store.lancedb.storage import META, HistoryEntry, Storage, history_row
 from .telemetry import span
 from .tokens import Tokenizer, tokenizer_for
 from .vault import Vault, default_key_file
 
 if TYPE_CHECKING:
-    from .graph import EntityGraph
-    from .scheduler import MemoryScheduler
-    from .session import MemorySession
+    from memos.graph.entities import EntityGraph
+    from memos.jobs.scheduler import MemoryScheduler
+    from memos.context.session import MemorySession
 
 __all__ = ["MemoryOS", "ScopedMemory", "default_key_file"]
 
@@ -94,8 +94,8 @@ class MemoryOS:
         """The secrets: encryption at rest, reveal, key rotation, scrubbing (`memos.vault`)."""
         self._drawn: set[str] = set()  # ids `draw_ids` handed out and no add has used yet
         self.entity_links = False
-        """Raw-mode ingestion links each turn to the entities it names (`memos.graph`,
-        `memos.entity_extraction`). Off by default: on LOCOMO it did not move evidence recall
+        """Raw-mode ingestion links each turn to the entities it names (`memos.graph.entities`,
+        `memos.graph.extraction`). Off by default: on LOCOMO it did not move evidence recall
         (README, entity graph); the graph's own entities and relations are used either way."""
 
     @classmethod
@@ -158,8 +158,8 @@ class MemoryOS:
 
     @property
     def graph(self) -> EntityGraph:
-        """The entity graph of this memory (`memos.graph.EntityGraph`): entities, relations, links."""
-        from .graph import EntityGraph
+        """The entity graph of this memory (`memos.graph.entities.EntityGraph`): entities, relations, links."""
+        from memos.graph.entities import EntityGraph
 
         return EntityGraph(self)
 
@@ -186,7 +186,7 @@ class MemoryOS:
 
     async def _add(self, scope: Scope, records: R | Iterable[R], *, actor: str, behind: bool = False) -> list[R]:
         """`add`; `behind`: the records are journaled and queued with their history and shared-table
-        rows, written to their tables a moment later (`memos.write_behind`: a chat's turns); on a
+        rows, written to their tables a moment later (`memos.store.lancedb.write_behind`: a chat's turns); on a
         store without a journal their own rows commit at once and the rest is queued."""
         check.check_scope(scope)
         validate_value(actor, "actor")
@@ -297,7 +297,7 @@ class MemoryOS:
 
     async def merge_into(self, scope: Scope, memory_type: TypeRef, record_id: str, survivor_id: str, *, actor: str = "user",
                          reason: str = "duplicate") -> MemoryRecord:
-        """Merge a record into another that says the same (`memos.merging`): it is archived,
+        """Merge a record into another that says the same (`memos.jobs.merging`): it is archived,
         linked to `survivor_id` and tagged `merged`, in history as op "merge". Its text and
         vector are kept. Re-applied to a record another writer changed meanwhile."""
         check.check_scope(scope)
@@ -401,7 +401,7 @@ class MemoryOS:
 
     @property
     def reads(self) -> ReadCache:
-        """Reads remembered at table versions (`memos.read_cache`): what `cached=True` reads use."""
+        """Reads remembered at table versions (`memos.store.read_cache`): what `cached=True` reads use."""
         return self.storage.reads
 
     async def check_versions(self) -> None:
@@ -561,8 +561,8 @@ class MemoryOS:
         await self.storage.refresh()
 
     async def maintain(self, *, min_rows: int | None = None) -> dict[str, Any]:
-        """Compact every table and build the indexes it needs (`memos.maintenance.maintain`)."""
-        from .maintenance import maintain
+        """Compact every table and build the indexes it needs (`memos.store.lancedb.maintenance.maintain`)."""
+        from memos.store.lancedb.maintenance import maintain
 
         return await maintain(self.storage, min_rows=min_rows)
 
@@ -585,7 +585,7 @@ class MemoryOS:
 
     async def set_state(self, key: str, value: str, *, behind: bool = False) -> None:
         """Write one state entry. `behind`: journaled now and written with the next batch of a
-        chat's turns (`memos.write_behind`; a session's own state), where the store has a journal."""
+        chat's turns (`memos.store.lancedb.write_behind`; a session's own state), where the store has a journal."""
         if not (behind and self.storage.hold_state({key: value})):
             await self.storage.set_meta(key, value)
 
@@ -617,7 +617,7 @@ class MemoryOS:
         when rendered. Each hit carries its store, score parts and provenance. In a top-k
         search, a conversation turn that asks a question brings the reply it got right behind
         it (`replies`, an extra hit marked `reply_to`), and a statement and the answer to the
-        follow-up question it drew bring each other (marked `exchange`; `memos.replies`).
+        follow-up question it drew bring each other (marked `exchange`; `memos.retrieval.replies`).
 
         `empty`: stores the caller knows hold no active record in `scope` (a chat step passes
         what its counts found): their queries are skipped.
@@ -689,12 +689,12 @@ class MemoryOS:
                           behind: bool = False) -> list[Episode]:
         """Store the episodes `turn_episodes` built (batched; in raw mode linked to the entities
         they name, when `entity_links` is on); returns them. `behind`: they are journaled and written
-        to their tables in batches a moment later (`memos.write_behind`: a chat's turns)."""
+        to their tables in batches a moment later (`memos.store.lancedb.write_behind`: a chat's turns)."""
         episodes = list(episodes)
         for start in range(0, len(episodes), INGEST_CHUNK):
             chunk = episodes[start : start + INGEST_CHUNK]
             await self._add(scope, chunk, actor=actor, behind=behind)
-            if self.entity_links and "entity" in self.types:  # raw-mode entity links (memos.graph)
+            if self.entity_links and "entity" in self.types:  # raw-mode entity links (memos.graph.entities)
                 await self.graph.link(scope, chunk, actor=actor)
         return episodes
 
@@ -707,7 +707,7 @@ class MemoryOS:
         new = await resolve_embedder(embedder)
         if new is None:
             raise ConfigError("reindex needs an embedder")
-        from .reindex import rebuild_tables
+        from memos.store.lancedb.reindex import rebuild_tables
 
         done = await rebuild_tables(self.storage, new, progress)
         self.embedder = new
@@ -721,9 +721,9 @@ class MemoryOS:
         `mem.scheduler().add("reflect", scope, every=timedelta(minutes=30))`. `model` is what
         reflection and consolidation use (None: raw mode); the jobs it runs use this open memory.
         `mode="manual"` runs nothing by itself: call `run_due()` after moving the clock (tests).
-        See `memos.scheduler`.
+        See `memos.jobs.scheduler`.
         """
-        from .scheduler import MemoryScheduler
+        from memos.jobs.scheduler import MemoryScheduler
 
         current = self._scheduler
         if current is None or not current.running:
@@ -737,7 +737,7 @@ class MemoryOS:
         `open`, else memos' pydantic-ai agents (`memos.agents.backend`), loaded on first use -- the
         facade's one reach up a floor, so `import memos` and raw mode never load pydantic-ai."""
         if self._backend is None:
-            from .agents.backend import PydanticAIBackend
+            from memos.agents.backend import PydanticAIBackend
 
             self._backend = backend = PydanticAIBackend()
             return backend
@@ -752,8 +752,8 @@ class MemoryOS:
         return self.backend.chat_agent(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
 
     async def session(self, scope: Scope, **options: Any) -> MemorySession[MemoryOS]:
-        """The working context of `scope` (`memos.session.MemorySession`), resumed from the store."""
-        from .session import MemorySession
+        """The working context of `scope` (`memos.context.session.MemorySession`), resumed from the store."""
+        from memos.context.session import MemorySession
 
         return await MemorySession.open(self, check.check_scope(scope), **options)
 

@@ -6,7 +6,7 @@ a chat agent for `MemoryOS.agent(...)` -- it asks the memory's `ModelBackend`: t
 `MemoryOS.open(..., backend=...)`, else the pydantic-ai one (`memos.agents.backend`), which
 `MemoryOS.backend` loads on first use, so `import memos` does not load pydantic-ai.
 
-The summarizer of paging is the same idea on a smaller scale: `memos.paging.Summarizer`.
+The summarizer of paging is the same idea on a smaller scale: `memos.context.paging.Summarizer`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: `import memos` (and `memos --help`) stays free of pydantic
-    from memos.memtypes import MemoryRecord
+    from .memtypes import MemoryRecord
 
-    from .scope import Scope
-    from .session import CompiledContext
+    from memos.store.scope import Scope
+    from memos.context.session import CompiledContext
 
 __all__ = ["AgentTurn", "ConflictDecision", "Insight", "MemoryAgent", "ModelBackend"]
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .crypto import VaultCipher
 from .exceptions import ConfigError, InvalidRecordError
 from .memtypes import new_id
-from .scope import Scope
+from memos.store.scope import Scope
 
 if TYPE_CHECKING:
     from .memory import MemoryOS

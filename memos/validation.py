@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memos.memtypes import MemoryRecord
+from .memtypes import MemoryRecord
 
 from .exceptions import DuplicateIdError, InvalidFilterError, InvalidRecordError
-from .scope import Scope, validate_record_id, validate_value
+from memos.store.scope import Scope, validate_record_id, validate_value
 
 __all__ = [
     "IMMUTABLE_FIELDS",

@@ -25,12 +25,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from memos.memtypes import MemoryRecord
+from .memtypes import MemoryRecord
 
 from . import validation as check
 from .exceptions import ConfigError, RecordChangedError
-from .scope import Scope, Where, validate_value
-from .storage import Storage, history_row
+from memos.store.scope import Scope, Where, validate_value
+from memos.store.lancedb.storage import Storage, history_row
 
 if TYPE_CHECKING:
     from .crypto import VaultCipher
@@ -42,7 +42,7 @@ R = TypeVar("R", bound=MemoryRecord)
 
 def default_key_file(uri: str) -> Path:
     """The per-store vault key file of the store at `uri` (see `Vault.key_file`)."""
-    from .lease import local_path
+    from memos.store.lancedb.lease import local_path
 
     local = local_path(uri)
     if local is not None:

@@ -152,7 +152,7 @@ class MemoryRecord(BaseModel):
 
     def render_parts(self) -> tuple[str, str]:
         """`render_line()` as (who said it, what was said). Under one heading, a speaker's lines
-        that follow each other are joined and name the speaker once (`memos.packing`).
+        that follow each other are joined and name the speaker once (`memos.retrieval.packing`).
         Default: nobody; the whole line."""
         return "", self.render_line()
 

@@ -8,7 +8,7 @@ the graph answers both "what is true now" and "what was true then".
 
 Both are ordinary memory types (LanceDB tables in the same database, under the same scopes,
 history and deletion rules). Entities are not searched directly: retrieval reaches records
-through them (`memos.graph`). Relations are searched and render in one short line.
+through them (`memos.graph.entities`). Relations are searched and render in one short line.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def normal_name(name: str) -> str:
 
 class GraphRecord(MemoryRecord):
     """A record of the entity graph: written through the graph's own operations
-    (`memos.graph`, the manager's plan, the graph tools), not as a free-form memory."""
+    (`memos.graph.entities`, the manager's plan, the graph tools), not as a free-form memory."""
 
     graph_store: ClassVar[bool] = True
     model_writable: ClassVar[bool] = False  # not through memory_insert or a plan's actions: relation_add / the plan's graph part

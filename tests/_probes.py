@@ -94,7 +94,7 @@ def reader(db: str, stop: str, out: str) -> None:
 def worker(db: str, seconds: str, log_file: str) -> None:
     import logging
 
-    from memos.worker import run_worker
+    from memos.jobs.worker import run_worker
 
     logging.basicConfig(filename=log_file, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run_worker(db, embedder=None, duration=float(seconds))
@@ -102,7 +102,7 @@ def worker(db: str, seconds: str, log_file: str) -> None:
 
 def churn(db: str) -> None:
     from memos import MemoryOS, Scope
-    from memos.jobs import consolidate
+    from memos.jobs.runs import consolidate
     from memos.memtypes import Fact
 
     mem = MemoryOS.open_sync(db, embedder=None)

@@ -1,4 +1,4 @@
-"""Answer kinds (memos.answer_types): a question that asks for a time, a number or a title favours
+"""Answer kinds (memos.retrieval.answer_types): a question that asks for a time, a number or a title favours
 the hits that carry one in a top-k search, in English and Chinese."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from memos import Scope
-from memos.answer_types import carries, expected_answer
-from memos.ranking import RankingPolicy
-from memos.temporal import mentions_time
+from memos.retrieval.answer_types import carries, expected_answer
+from memos.retrieval.ranking import RankingPolicy
+from memos.retrieval.temporal import mentions_time
 
 
 @pytest.mark.parametrize(("question", "kind"), [
@@ -54,7 +54,7 @@ def test_a_text_carries_a_time_a_number_or_a_title():
 
 def test_mentions_time_agrees_with_the_parser_on_what_it_finds():
     # every expression the query parser reads as a window is a time mention too
-    from memos.temporal import parse_time_window
+    from memos.retrieval.temporal import parse_time_window
 
     now = datetime(2024, 3, 1, tzinfo=UTC)
     for text in ("yesterday", "last weekend", "three days ago", "on 8 May 2023", "in June", "in 2022",

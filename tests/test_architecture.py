@@ -9,16 +9,16 @@
    | 0 types and prompts | `memos.memtypes`, `memos.prompts` |
    | 1 kernel | every other `memos.*` module (`memos/`: storage, retrieval, facade, session, jobs, ...) |
    | 2 agents | `memos.agents` (pydantic-ai: chat, manager, reflection, consolidation, tools) |
-   | 3 faces | the package root `memos` (its `__init__` wires the agents in), `memos.cli`, `memos.mcp_server`, `memos.serve`, `memos.bench`, `examples/` |
+   | 3 faces | the package root `memos` (its `__init__` wires the agents in), `memos.cli`, `memos.mcp.server`, `memos.serve`, `memos.bench`, `examples/` |
 
-   What the kernel needs from a model is a protocol in the kernel (`memos.paging.Summarizer`,
+   What the kernel needs from a model is a protocol in the kernel (`memos.context.paging.Summarizer`,
    `memos.model_backend`); the pydantic-ai implementations live in `memos.agents` and are passed
    in (`MemoryOS.open(..., backend=...)`) or loaded by the facade on first use: `REACH_UP`, the
    one import allowed up a floor, and the one allowed to close a circle.
 
 2. No module touches another module's underscore names: no `from x import _name` across
    modules, no `obj._name` on anything but `self` / `cls`. Private modules (`memos._sync`,
-   `memos._malloc`, `memos.bench._stats`, `memos.serve._routes_*`) are the documented exception:
+   `memos.store.lancedb._malloc`, `memos.bench._stats`, `memos.serve._routes_*`) are the documented exception:
    a module whose own name starts with `_` is private to the package; its public names may be
    imported, and its own package may import it (`from . import _routes_view`).
 """
@@ -39,7 +39,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("types and prompts", ("memos.memtypes", "memos.prompts")),
     ("kernel", ("memos.*",)),
     ("agents", ("memos.agents",)),
-    ("faces", ("memos", "memos.cli", "memos.mcp_server", "memos.serve", "memos.bench", "examples")),
+    ("faces", ("memos", "memos.cli", "memos.mcp.server", "memos.serve", "memos.bench", "examples")),
 )
 """(name, module prefixes), bottom first. `memos.*` is every memos module no other floor claims;
 `memos` alone is the package root module (`memos/__init__.py`)."""
@@ -106,13 +106,13 @@ def imports_of(module: Module) -> list[tuple[int, str]]:
 def test_floor_names_cover_every_module():
     assert len(KNOWN) > 40
     assert floor_of("memos.memory") == 1 and floor_of("memos.agents.chat") == 2 and floor_of("memos.cli.main") == 3
-    assert floor_of("memos.memtypes.base") == 0 and floor_of("memos") == 3 and floor_of("memos.mcp_server") == 3
+    assert floor_of("memos.memtypes.base") == 0 and floor_of("memos") == 3 and floor_of("memos.mcp.server") == 3
 
 
 REACH_UP = {("memos.memory", "memos.agents.backend")}
 """The facade loads the pydantic-ai backend on first use (`MemoryOS.backend`), inside that property."""
 
-KNOWN_CIRCLES = [{"memos.storage", "memos.search_index"}]
+KNOWN_CIRCLES = [{"memos.store.lancedb.storage", "memos.store.lancedb.search_index"}]
 """Circles the storage protocol work removes; a new one fails `test_no_import_circles`."""
 
 
@@ -200,7 +200,7 @@ def _private(name: str) -> bool:
 
 APSCHEDULER_EXTENSION_POINTS = {"_dispatch_event", "_process_jobs", "_jobstore_alias", "_get_run_times", "_modify"}
 """APScheduler 3's protected members that its own executor and scheduler subclasses are written
-against (`memos.scheduler` subclasses them to judge misfires by an injected clock; the
+against (`memos.jobs.scheduler` subclasses them to judge misfires by an injected clock; the
 dependency is pinned below 4). Not our modules' names: the rule is about ours."""
 
 

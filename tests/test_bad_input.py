@@ -21,8 +21,8 @@ from memos.crypto import VaultAccessError
 from memos.exceptions import ConfigError, DuplicateIdError, InvalidFilterError, InvalidRecordError, MemosError
 from memos.memtypes import Episode, Fact, MemoryRecord, VaultItem
 from memos.portability import export_scope, import_lines
-from memos.ranking import Hit
-from memos.storage import HistoryEntry
+from memos.retrieval.ranking import Hit
+from memos.store.lancedb.storage import HistoryEntry
 
 ALICE, BOB = Scope("alice", "bot", "s1"), Scope("bob", "bot", "s1")
 

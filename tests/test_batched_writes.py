@@ -15,7 +15,7 @@ from memos import MemoryOS, Scope
 import memos.memory as memory_module
 from memos.embeddings import TextEmbedder
 from memos.memtypes import Episode, Fact, Procedure
-from memos.storage import Storage
+from memos.store.lancedb.storage import Storage
 
 
 

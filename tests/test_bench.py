@@ -46,7 +46,7 @@ async def test_bulk_build_keeps_every_record_and_drops_old_versions_between_batc
 
     monkeypatch.setattr(scale, "PURGE_EVERY", 400)  # a purge after the 2nd and 4th batch, none after the last
     purges = []
-    from memos.storage import Storage
+    from memos.store.lancedb.storage import Storage
 
     original = Storage.purge_old_versions
 

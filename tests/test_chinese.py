@@ -14,14 +14,14 @@ from memos import MemoryOS, Scope
 from memos.bench.retrieval import run_retrieval_bench
 from memos.demo import run_demo
 from memos.embeddings import TextEmbedder
-from memos.fulltext import MARK, index_form, query_words
+from memos.store.fulltext import MARK, index_form, query_words
 from memos.ingest import Message
 from memos.memtypes import Episode
-from memos.paging import ExtractiveSummarizer, turn_line
-from memos.ranking import RankingPolicy
-from memos.replies import refers_back
-from memos.retrieval import for_language, interleave, question_parts
-from memos.search_index import SEARCH_META
+from memos.context.paging import ExtractiveSummarizer, turn_line
+from memos.retrieval.ranking import RankingPolicy
+from memos.retrieval.replies import refers_back
+from memos.retrieval.search import for_language, interleave, question_parts
+from memos.store.lancedb.search_index import SEARCH_META
 
 SCOPE = Scope("wang", "bot", "s1")
 ZH_SET = Path(__file__).parent / "data" / "zh_conversation.json"

@@ -122,7 +122,7 @@ async def test_tables_are_rewritten_one_at_a_time(tmp_path):
     store, so they run one after another (`Storage.rewriting`), never side by side, whoever
     started them; and every row is still there and found."""
     from memos.bench.scale import make_records
-    from memos.maintenance import maintain
+    from memos.store.lancedb.maintenance import maintain
 
     memory, timer = await open_store(tmp_path)
     memory.storage.quiet_after = 0.01

@@ -98,7 +98,7 @@ async def test_a_busy_store_defers_the_purge_and_maintenance_finishes_it(tmp_pat
     pending, and the next maintenance run after the margin removes the secret's versions."""
     from datetime import UTC, datetime
 
-    from memos import storage as storage_mod
+    from memos.store.lancedb import storage as storage_mod
 
     db = tmp_path / "db"
     mem = await MemoryOS.open(db, embedder=None, vault_key_file=tmp_path / "vault.key")
@@ -123,8 +123,8 @@ def _worker_round(tmp_path: Path, round_no: int, seconds: float) -> dict:
     delete and a reader searches; then every acknowledgement is checked against the store."""
     from datetime import timedelta
 
-    from memos.jobs import job_history
-    from memos.scheduler import MemoryScheduler
+    from memos.jobs.runs import job_history
+    from memos.jobs.scheduler import MemoryScheduler
 
     db = tmp_path / f"db-{round_no}"
     MemoryOS.open_sync(db, embedder=None)
@@ -187,8 +187,8 @@ def test_kills_during_consolidation_leave_no_record_without_history(tmp_path):
     import signal
 
     from memos._sync import run_sync
-    from memos.audit import history_gaps
-    from memos.maintenance import maintain
+    from memos.jobs.audit import history_gaps
+    from memos.store.lancedb.maintenance import maintain
 
     db = tmp_path / "db"
     rng = random.Random(5)

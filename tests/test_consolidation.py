@@ -8,8 +8,8 @@ from datetime import timedelta
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memos.consolidation import fact_key, normalize_text, plan_consolidation
-from memos.jobs import consolidate
+from memos.jobs.consolidation import fact_key, normalize_text, plan_consolidation
+from memos.jobs.runs import consolidate
 from memos.memtypes import Episode, Fact, Procedure
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from memos.decay import DecayPolicy, plan_decay, retention_score
+from memos.jobs.decay import DecayPolicy, plan_decay, retention_score
 from memos.memtypes import CoreBlock, Episode, Fact, Procedure, VaultItem
 
 
@@ -59,7 +59,7 @@ def test_plan_decay_never_touches_core_or_vault(clock):
 
 
 async def test_bad_job_options_are_recorded_as_a_failed_run(mem, clock, alice):
-    from memos.jobs import job_history, run_job
+    from memos.jobs.runs import job_history, run_job
 
     outcome = await run_job(mem, "decay", alice, options={"half_life_days": -1})
     assert outcome["errors"] and "half-life" in outcome["errors"][0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memos import MemoryOS, Scope
-from memos.core_memory import BlockSpec, CoreMemory
+from memos.context.core_memory import BlockSpec, CoreMemory
 from memos.exceptions import BlockLimitError, ReadOnlyBlockError, TextNotFoundError, UnknownBlockError
 
 

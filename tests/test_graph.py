@@ -9,7 +9,7 @@ from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolC
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memos import Scope
-from memos.entity_extraction import extract_mentions, query_names
+from memos.graph.extraction import extract_mentions, query_names
 from memos.memtypes import Entity, Relation
 from memos.portability import forget_user
 
@@ -291,7 +291,7 @@ async def test_inspect_graph_prints_a_neighbourhood_as_text_mermaid_and_dot(mem,
 
 
 async def test_the_consolidation_job_merges_duplicate_entities_and_closes_contradicted_relations(mem):
-    from memos.jobs import consolidate
+    from memos.jobs.runs import consolidate
 
     a = await mem.graph.ensure(SCOPE, "Melanie", kind="person", by_vector=False)
     b = await mem.graph.ensure(SCOPE, "Melanie Smith", kind="person", by_vector=False)

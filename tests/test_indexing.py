@@ -9,8 +9,8 @@ import lancedb
 import pyarrow as pa
 
 from memos import MemoryOS, Scope
-from memos.maintenance import maintain
-from memos.schema import arrow_schema
+from memos.store.lancedb.maintenance import maintain
+from memos.store.schema import arrow_schema
 from memos.memtypes import Episode, Fact
 
 

@@ -8,7 +8,7 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memos import MemoryOS, Scope
-from memos.jobs import job_history
+from memos.jobs.runs import job_history
 
 SCOPE = Scope("alice", "bot", "s1")
 

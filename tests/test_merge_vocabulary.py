@@ -1,4 +1,4 @@
-"""The memory manager and consolidation speak one merge / supersede vocabulary (`memos.merging`)
+"""The memory manager and consolidation speak one merge / supersede vocabulary (`memos.jobs.merging`)
 and leave the same records behind: links, status, tags, validity and history ops."""
 
 from __future__ import annotations

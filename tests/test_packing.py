@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memos.packing import pack, render_hits
-from memos.ranking import Hit
+from memos.retrieval.packing import pack, render_hits
+from memos.retrieval.ranking import Hit
 from memos.tokens import tokenizer_for
 from memos.memtypes import Episode, Fact
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memos.ranking import Candidate, RankingPolicy, fuse
-from memos.temporal import parse_time_window
+from memos.retrieval.ranking import Candidate, RankingPolicy, fuse
+from memos.retrieval.temporal import parse_time_window
 from memos.memtypes import Episode, Fact
 
 NOW = datetime(2026, 1, 5, tzinfo=UTC)
@@ -100,7 +100,7 @@ def test_a_list_read_deeper_keeps_its_scale_when_fused_with_the_depth_it_stands_
 @given(depth=st.integers(1, 8), data=st.data())
 def test_a_full_text_candidate_ranked_below_its_stores_depth_adds_nothing(depth, data):
     """What lets a top-k search make candidates of each store's first `depth` full-text rows only
-    (`memos.retrieval._shared_candidates`): the fused scores of every other hit are the same
+    (`memos.retrieval.search._shared_candidates`): the fused scores of every other hit are the same
     without the rows below, and those rows score 0 unless another list found them."""
     lists = []
     for store in ("episodic", "semantic"):

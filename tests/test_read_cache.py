@@ -1,4 +1,4 @@
-"""Reads remembered at table versions (`memos.read_cache`) and the one-plan compile: a step
+"""Reads remembered at table versions (`memos.store.read_cache`) and the one-plan compile: a step
 never shows what another writer changed, and the plan never exceeds the budget."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memos import MemoryOS, Scope
-from memos.context_window import BudgetPolicy, SectionSizes, StepInputs, plan_context, plan_step
+from memos.context.window import BudgetPolicy, SectionSizes, StepInputs, plan_context, plan_step
 from memos.exceptions import BudgetError
 from memos.memtypes import Fact, VaultItem
-from memos.packing import MemorySize
-from memos.read_cache import FORGET, KEEP, ReadCache
-from memos.session import MemorySession
-from memos.storage import READ_CONSISTENCY
+from memos.retrieval.packing import MemorySize
+from memos.store.read_cache import FORGET, KEEP, ReadCache
+from memos.context.session import MemorySession
+from memos.store.lancedb.storage import READ_CONSISTENCY
 
 
 def test_a_read_is_carried_past_this_process_own_add_and_forgotten_otherwise():

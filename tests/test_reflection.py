@@ -9,7 +9,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memos.agents.reflection import render_prompt
-from memos.jobs import ReflectionPolicy, reflection_state, should_reflect
+from memos.jobs.runs import ReflectionPolicy, reflection_state, should_reflect
 from memos.memtypes import Episode, Fact, Procedure
 
 _ID = re.compile(r"\[([0-9a-f]{32})\]")
@@ -91,7 +91,7 @@ async def test_raw_mode_skips_reflection_and_says_so(mem, clock, alice):
 
 
 async def test_uncited_insight_goes_back_to_the_model(mem, clock, alice):
-    from memos.jobs import reflect
+    from memos.jobs.runs import reflect
 
     script = ScriptedReflector(bogus_first=True)
     await _episodes(mem, alice, 3)
@@ -131,7 +131,7 @@ def test_prompt_templates_take_exactly_what_the_code_passes(clock):
 
 
 async def test_a_failing_job_records_its_error_in_history(mem, clock, alice):
-    from memos.jobs import job_history
+    from memos.jobs.runs import job_history
 
     def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"insights": [{"kind": "poem"}]})])

@@ -82,7 +82,7 @@ def test_async_api_opens_searches_and_reindexes_with_a_test_embedder(tmp_path):
 
 
 def test_a_scheduled_job_opens_its_store_with_a_test_embedder(tmp_path):
-    from memos.jobs import run_scheduled_job
+    from memos.jobs.runs import run_scheduled_job
 
     mem = within(TIMEOUT, lambda: MemoryOS.open_sync(tmp_path / "db", embedder="test"))
     mem.add_sync(ALICE, Fact(subject="Alice", summary="Alice keeps bees"))

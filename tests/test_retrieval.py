@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from memos import Scope
-from memos.ranking import RankingPolicy
+from memos.retrieval.ranking import RankingPolicy
 
 TURNS = ["Where did you go on holiday last summer?", "We rented a cabin near Lake Bled for a week.",
          "Did you take the dog?", "Yes, Pepper loved swimming in the lake.", "What are you reading now?",
@@ -59,7 +59,7 @@ async def test_overlapping_neighbour_windows_bring_each_turn_once(mem):
     hits = await mem.search("Did you take the dog? Pepper loved swimming in the lake", scope, budget_tokens=1600)
     ids = [s for h in hits for s in h.source_ids]
     assert len(ids) == len(set(ids)) and {"D1:2", "D1:3", "D1:4", "D1:5"} <= set(ids)
-    from memos.packing import render_hits
+    from memos.retrieval.packing import render_hits
 
     assert mem.tokenizer.count(render_hits(hits)) <= 1600 and render_hits(hits).count("Pepper loved swimming") == 1
 
@@ -103,7 +103,7 @@ async def test_a_top_k_statement_and_the_answer_to_the_question_it_drew_bring_ea
 def test_an_exchange_is_a_statement_a_question_from_someone_else_and_the_same_speakers_answer():
     from types import SimpleNamespace as Turn
 
-    from memos.replies import exchange_partners
+    from memos.retrieval.replies import exchange_partners
 
     def turns(*spoken):
         return [Turn(actor=actor, summary=text) for actor, text in spoken]
@@ -119,7 +119,7 @@ def test_an_exchange_is_a_statement_a_question_from_someone_else_and_the_same_sp
 
 
 def test_a_turn_asks_when_it_ends_with_a_question_mark():
-    from memos.replies import asks
+    from memos.retrieval.replies import asks
 
     assert asks("How is the new job?") and asks("房租贵吗？") and asks("真的吗？！") and asks('"Really?" ')
     assert not asks("Yes? I think so.") and not asks("每个月六千五。") and not asks("")

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 
 from memos import ConfigError, MemoryOS, Scope
-from memos.jobs import job_history
-from memos.scheduler import MemoryScheduler, default_jobs_url, job_id
+from memos.jobs.runs import job_history
+from memos.jobs.scheduler import MemoryScheduler, default_jobs_url, job_id
 from memos.memtypes import Fact
 
 
@@ -89,7 +89,7 @@ async def test_thread_scheduler_runs_due_jobs_by_itself(db_path, clock, alice):
 
 
 def test_job_store_sits_next_to_the_store(tmp_path, monkeypatch):
-    from memos.scheduler import canonical_uri
+    from memos.jobs.scheduler import canonical_uri
 
     monkeypatch.chdir(tmp_path)
     assert canonical_uri("db") == canonical_uri("./db") == str(tmp_path / "db")  # one key per store for the worker

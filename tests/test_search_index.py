@@ -1,4 +1,4 @@
-"""The shared search table (`memos.search_index`): mirrored on every write (each record whole,
+"""The shared search table (`memos.store.lancedb.search_index`): mirrored on every write (each record whole,
 so a search needs no second read), repaired after a crash, rebuilt when missing, never holding
 a secret, and never a way across scopes."""
 
@@ -11,7 +11,7 @@ from memos import MemoryOS, Scope
 from memos.bench.scale import HashedTokens
 from memos.memtypes import Episode, Fact, Procedure, VaultItem
 from memos.portability import export_scope, forget_user, import_lines
-from memos.search_index import RECORD, SEARCH_META, ranked_row, ranked_rows
+from memos.store.lancedb.search_index import RECORD, SEARCH_META, ranked_row, ranked_rows
 
 
 async def shared_rows(mem: MemoryOS) -> dict[tuple[str, str], dict]:

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from memos import MemoryOS, Scope
 from memos.cli import app
-from memos.indexing import ensure_indexes
-from memos.search_index import SEARCH_TABLE
+from memos.store.lancedb.indexing import ensure_indexes
+from memos.store.lancedb.search_index import SEARCH_TABLE
 from memos.crypto import VaultKeyError, generate_key, write_key_file
 from memos.portability import export_scope, forget_user, import_lines
 from memos.memtypes import Episode, Fact, VaultItem
@@ -40,7 +40,7 @@ async def test_a_planted_secret_is_nowhere_in_clear(mem, alice, db_path, vault_k
     assert all(SECRET not in (h.text + repr(h.record)) for h in hits)
     exported = "\n".join(await export_scope(mem, Scope("alice")))
     assert "Alice's bank login" in exported and SECRET not in exported
-    from memos.maintenance import compact_tables
+    from memos.store.lancedb.maintenance import compact_tables
 
     await compact_tables(mem.storage)
     assert files_containing(db_path, SECRET) == []

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from memos import MemoryOS, Scope, StoreUnavailableError
-from memos.context_window import BudgetPolicy
-from memos.session import MemorySession
+from memos.context.window import BudgetPolicy
+from memos.context.session import MemorySession
 from memos.tokens import tokenizer_for
 from memos.memtypes import Fact
 
@@ -87,7 +87,7 @@ async def test_a_turn_whose_commit_failed_is_in_no_context_though_the_state_besi
     mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
     session = await MemorySession.open(mem, scope, budget=2000)
     kept = await session.record_turn("user", "the ferry leaves at nine")
-    journal = mem.storage.behind.journal  # where a chat turn is made durable (`memos.journal`)
+    journal = mem.storage.behind.journal  # where a chat turn is made durable (`memos.store.lancedb.journal`)
     append = journal.append
 
     def failing(*args, **kwargs):
@@ -111,7 +111,7 @@ async def test_turns_recorded_under_the_ids_the_state_names_write_no_state_and_r
     """A session names its next turns' ids in its saved state (`PLANNED_TURNS`): recording them
     writes no state, yet a process that stops right after any of them resumes with every turn,
     in order, and with none that was never stored."""
-    from memos.session import PLANNED_TURNS
+    from memos.context.session import PLANNED_TURNS
 
     scope = Scope("alice", "bot", "s1")
     mem = await MemoryOS.open(db_path, embedder=None, clock=clock)

@@ -1,10 +1,10 @@
-"""Speaker-aware ranking (memos.speakers): a query naming one of the speakers favours their turns."""
+"""Speaker-aware ranking (memos.retrieval.speakers): a query naming one of the speakers favours their turns."""
 
 from __future__ import annotations
 
 from memos import Scope
-from memos.ranking import RankingPolicy
-from memos.speakers import named_speakers
+from memos.retrieval.ranking import RankingPolicy
+from memos.retrieval.speakers import named_speakers
 
 TURNS = [
     ("Ana", "Hi Ben! How was your weekend?"),
@@ -122,7 +122,7 @@ CHAT = [
 
 
 def test_a_query_loses_the_names_of_the_speakers_it_names():
-    from memos.speakers import without_speakers
+    from memos.retrieval.speakers import without_speakers
 
     assert without_speakers("What activities does Melanie partake in?", {"Melanie"}) == "What activities does partake in?"
     assert without_speakers("What are Melanie's pets' names?", {"Melanie"}) == "What are pets' names?"
@@ -135,7 +135,7 @@ def test_a_query_loses_the_names_of_the_speakers_it_names():
 
 
 def test_a_tally_counts_the_turns_that_call_a_speaker_by_name():
-    from memos.speakers import SpeakerTally
+    from memos.retrieval.speakers import SpeakerTally
 
     turns = [("Ana", "Hi Ben!"), ("Ben", "Thanks, Ana."), ("Ben", "Anathema is a word."), ("user", "hello Ana"),
              ("王芳", "李明，你好"), ("李明", "好的")]
@@ -190,7 +190,7 @@ async def test_other_stores_are_searched_with_the_names(mem, dialogue):
 
 
 async def test_the_speakers_of_a_scope_are_read_once_and_follow_its_adds(mem, dialogue):
-    from memos.retrieval import scope_speakers
+    from memos.retrieval.search import scope_speakers
 
     scope, other = Scope("u"), Scope("v")
     await dialogue(mem, scope, TURNS)

@@ -41,7 +41,7 @@ def test_read_only_commands_never_load_the_weights_and_print_no_warnings(tmp_pat
 
 def test_job_kinds_in_the_help_are_the_schedulers():
     from memos.cli.jobs import KINDS_HELP
-    from memos.scheduler import JOB_KINDS
+    from memos.jobs.scheduler import JOB_KINDS
 
     assert KINDS_HELP == f"One of: {', '.join(JOB_KINDS)}."
 
@@ -53,7 +53,7 @@ def test_help_and_the_package_import_load_no_storage_engine(tmp_path):
     code = (
         "import sys\nimport memos\nfrom memos.cli import app\n"
         "try:\n    app(['--help'])\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
-        "print('LOADED', sorted(m for m in ('lancedb', 'lance', 'tiktoken', 'memos.memory', 'memos.storage') if m in sys.modules))\n"
+        "print('LOADED', sorted(m for m in ('lancedb', 'lance', 'tiktoken', 'memos.memory', 'memos.store.lancedb.storage') if m in sys.modules))\n"
         "from memos import MemoryOS\n"
         "print('LATER', MemoryOS.__module__, 'lancedb' in sys.modules)\n"
     )
@@ -66,7 +66,7 @@ def test_lancedb_opens_stores_without_building_its_rest_client(tmp_path):
     """LanceDB's REST namespace client (most of its import time) is deferred: a store opens, is
     written and searched without it, and the client still loads the moment a name is asked of it."""
     code = (
-        "from memos import MemoryOS, Scope\nfrom memos.memtypes import Fact\nfrom memos._lance import rest_client_loaded\n"
+        "from memos import MemoryOS, Scope\nfrom memos.memtypes import Fact\nfrom memos.store.lancedb._lance import rest_client_loaded\n"
         f"mem = MemoryOS.open_sync({str(tmp_path / 'db')!r}, embedder=None)\n"
         "mem.add_sync(Scope('ann'), Fact(subject='ann', summary='ann keeps bees'))\n"
         "print('HITS', len(mem.search_sync('bees', Scope('ann'), k=3)), 'CLIENT', rest_client_loaded())\n"

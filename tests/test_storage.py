@@ -219,7 +219,7 @@ async def test_procedural_and_resource_round_trip(mem, alice):
 
 
 async def test_rows_read_back_exactly_as_lancedb_gives_them(mem, alice):
-    from memos.storage import arrow_rows
+    from memos.store.lancedb.storage import arrow_rows
 
     await mem.add(alice, [Fact(subject="x", summary="plain"), Fact(subject="y", summary="dated", valid_from=datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC))])
     table = mem.storage.type_table("semantic").table
@@ -229,7 +229,7 @@ async def test_rows_read_back_exactly_as_lancedb_gives_them(mem, alice):
 
 
 def test_records_rebuilt_from_rows_equal_validated_ones():
-    from memos.schema import json_columns, record_from_row, row_from_record
+    from memos.store.schema import json_columns, record_from_row, row_from_record
 
     for record in (Fact(subject="s", summary="x", tags=["a"], source_ids=["m1"]), Episode(summary="hi", actor="ana", details="pic")):
         cols = json_columns(type(record))
@@ -242,7 +242,7 @@ async def test_a_top_k_search_takes_its_winners_rows_even_after_a_compaction_mov
     """Top-k candidates are read lean (ranking columns and the row address); the winners' full
     rows are taken afterwards. A compaction in between moves rows to new addresses: the take
     then reads them by id, inside the scope, and leaves out a winner deleted meanwhile."""
-    from memos.scope import Where
+    from memos.store.scope import Where
 
     facts = await mem.add(alice, [Fact(subject="Alice", summary=f"Alice note {i} about sailing boats") for i in range(12)])
     await mem.add(bob, [Fact(subject="Bob", summary=f"Bob note {i} about sailing boats") for i in range(12)])

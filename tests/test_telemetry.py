@@ -11,7 +11,7 @@ from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
 from memos import Scope
-from memos.jobs import run_job
+from memos.jobs.runs import run_job
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()

@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from memos.temporal import TimeWindow, parse_time_window
+from memos.retrieval.temporal import TimeWindow, parse_time_window
 
 NOW = datetime(2026, 1, 5, 15, 30, tzinfo=UTC)  # a Monday, five days into a new year
 

@@ -6,8 +6,8 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from memos.temporal import parse_time_window
-from memos.temporal_zh import LUNAR_NEW_YEAR
+from memos.retrieval.temporal import parse_time_window
+from memos.retrieval.temporal_zh import LUNAR_NEW_YEAR
 
 NOW = datetime(2026, 1, 5, 15, 30, tzinfo=UTC)  # a Monday, five days into a new year
 NEW_YEAR_DAY = datetime(2024, 1, 1, 9, 0, tzinfo=UTC)  # a Monday, the first day of a year

@@ -16,32 +16,32 @@ Figures for the turn below (a store with records in every store, no tool call, n
 | the same, with the entity graph's two stores | 30 | 11 |
 | retrieval skips its emptiness checks for tables already seen (six stores) | 23 | 10 |
 | the same, with the entity graph's two stores | 24 | 10 |
-| one shared search table for the stores but the vault (`memos.search_index`; six stores) | 20 | 10 |
+| one shared search table for the stores but the vault (`memos.store.lancedb.search_index`; six stores) | 20 | 10 |
 | the shared table carries each record whole, and the vault's captions: no read by id, no vault query | 13 | 9 |
 | a recorded turn's session state is written beside the turn's own commits, not after them | 13 | 7 (6 when they overlap) |
 | the user's turn is committed while the context is compiled (`MemorySession.step`); the state names the next turns' ids, so recording them writes none | 11 | 7 (5-6 when they overlap) |
-| a turn's history and shared-table rows are written behind it, in batches (`memos.write_behind`) | 7 | 4 |
-| the turn itself and the session's state are journaled and written with them (`memos.journal`) | 5 | 3 |
+| a turn's history and shared-table rows are written behind it, in batches (`memos.store.lancedb.write_behind`) | 7 | 4 |
+| the turn itself and the session's state are journaled and written with them (`memos.store.lancedb.journal`) | 5 | 3 |
 
 What changed last: a step begins with one `versions` call (every table's latest version,
 `Storage.versions`); what was read before and has not changed since is not read again
-(`memos.read_cache`): the store counts (were six, eight with the graph), the core blocks, the
+(`memos.store.read_cache`): the store counts (were six, eight with the graph), the core blocks, the
 reflection state and the in-context turns (were read again at each recorded turn). This
 process's own adds carry a remembered read forward (a count grows by the rows it counts), so
 the turn just recorded does not make the compile read again. The compile plans the whole
-context once (`memos.context_window.plan_step`) and renders once. Left: two version checks,
+context once (`memos.context.window.plan_step`) and renders once. Left: two version checks,
 two appends and two history rows, two state writes, and retrieval's own calls (five vector +
-five full-text searches, five winner reads, the entity graph's emptiness check; `memos.retrieval`).
+five full-text searches, five winner reads, the entity graph's emptiness check; `memos.retrieval.search`).
 Since then a top-k search of the default stores is the shared table's two queries alone: its rows
 carry each record whole (no read of the winners by id) and the vault's captions (no vault query).
 Retrieval asks storage only about tables whose emptiness it does not know yet
 (`Storage.known_rows`: a table once seen with rows, or seen empty within `READ_CONSISTENCY`).
 Last, the user's turn commits while the context is compiled, and the session state is written
-every few turns, not at each one: it names the ids of the next turns (`memos.session.PLANNED_TURNS`).
+every few turns, not at each one: it names the ids of the next turns (`memos.context.session.PLANNED_TURNS`).
 Then a turn's history row and shared-table row are queued and written a moment later, several
-turns' together (`memos.write_behind`): a turn is one append to its store (and a state write
+turns' together (`memos.store.lancedb.write_behind`): a turn is one append to its store (and a state write
 every few turns). Last, the turn's own row and the session's state are appended to the store's
-journal (`memos.journal`: durable, no LanceDB commit) and written with that batch: a turn's
+journal (`memos.store.lancedb.journal`: durable, no LanceDB commit) and written with that batch: a turn's
 storage calls are the step's version checks and retrieval's queries.
 """
 
@@ -55,7 +55,7 @@ from pydantic_ai.models.function import FunctionModel
 
 from memos import Scope
 from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
-from memos.storage import Storage
+from memos.store.lancedb.storage import Storage
 
 CALLS_AT_MOST = 5
 ROUND_TRIPS_AT_MOST = 3

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 from memos import MemoryOS, Scope
 from memos._sync import run_sync
-from memos.consolidation import normalize_text
-from memos.jobs import job_history, refresh_tables
-from memos.scheduler import MemoryScheduler
-from memos.scope import Where
-from memos.worker import worker_main
+from memos.jobs.consolidation import normalize_text
+from memos.jobs.runs import job_history, refresh_tables
+from memos.jobs.scheduler import MemoryScheduler
+from memos.store.scope import Where
+from memos.jobs.worker import worker_main
 from memos.memtypes import Fact
 
 

@@ -1,4 +1,4 @@
-"""A chat turn is journaled and written behind (`memos.write_behind`, `memos.journal`): never read
+"""A chat turn is journaled and written behind (`memos.store.lancedb.write_behind`, `memos.store.lancedb.journal`): never read
 late in this process, written at exit, written by the next open after a crash, never resurrected."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import textwrap
 from pathlib import Path
 
 from memos import MemoryOS, Scope
-from memos.audit import history_gaps
-from memos.journal import JOURNAL_DIR
+from memos.jobs.audit import history_gaps
+from memos.store.lancedb.journal import JOURNAL_DIR
 from memos.memtypes import Fact
 from memos.portability import forget_user
-from memos.session import MemorySession
+from memos.context.session import MemorySession
 
 ALICE = Scope("alice", "bot", "s1")
 
@@ -131,7 +131,7 @@ CHAT_TURN = textwrap.dedent('''
     import asyncio, os, sys
     os.environ["LANCE_LOG"] = "error"
     from memos import MemoryOS, Scope
-    from memos.session import MemorySession
+    from memos.context.session import MemorySession
 
     async def chat_turn(db, text):
         """A store with one chat turn waiting in this process's journal (nothing written by the delay)."""
@@ -278,7 +278,7 @@ HOLDING = CHAT_TURN + textwrap.dedent('''
         print(turn.id, flush=True)
         while not os.path.exists(go):  # the test opens the store meanwhile
             await asyncio.sleep(0.02)
-        # returning writes the queue (memos.write_behind)
+        # returning writes the queue (memos.store.lancedb.write_behind)
 
     asyncio.run(main(sys.argv[1], sys.argv[2]))
 ''')
@@ -345,7 +345,7 @@ async def test_rows_written_after_the_process_changes_directory_land_in_the_stor
 
 
 async def test_a_read_that_writes_the_queue_first_is_still_remembered(mem: MemoryOS):
-    """A remembered read (`memos.read_cache`) is labelled with the table's version once the rows
+    """A remembered read (`memos.store.read_cache`) is labelled with the table's version once the rows
     queued for it are written: labelled before, the read's own write moved the table past its
     label, and a chat with pauses counted the turns' store again at every step."""
     mem.storage.behind.delay = 60

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..ingest import Message
+from memos.ingest import Message
 
 __all__ = ["Conversation", "Question", "load_locomo", "parse_locomo_time"]
 

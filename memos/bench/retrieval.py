@@ -6,7 +6,7 @@ question counts as covered at B when the `source_ids` of the packed hits include
 any) of its evidence dia_ids. Tokens are counted with o200k_base. Beside the budgets, a plain
 top-3 search (`k=3`, what a tool call returns) counts the questions whose evidence is all
 (`top3_all`) or partly (`top3_any`) among its hits (the three, the reply to any of them
-that asks a question and the other half of any exchange among them: `memos.replies`;
+that asks a question and the other half of any exchange among them: `memos.retrieval.replies`;
 `top3_records`: how many records such a search returned, on average). `halves` splits the
 questions in two, alternately within each category (`a`: the 1st, 3rd, ... question of a
 category; `b`: the others), so a choice tuned on one half can be checked on the other (top-3
@@ -25,10 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import ConfigError
-from ..memory import MemoryOS
-from ..packing import render_hits
-from ..scope import Scope
+from memos.exceptions import ConfigError
+from memos.memory import MemoryOS
+from memos.retrieval.packing import render_hits
+from memos.store.scope import Scope
 from ._stats import percentiles
 from .locomo import Conversation, load_locomo
 

@@ -2,7 +2,7 @@
 
 N synthetic records (deterministic, varied text) are spread over the six stores and 20 user
 scopes and written through `MemoryOS.add` with the local embedder. The tables are then
-compacted and indexed by the maintenance job's own function (`memos.maintenance.maintain`), and random queries
+compacted and indexed by the maintenance job's own function (`memos.store.lancedb.maintenance.maintain`), and random queries
 are searched in random scopes through `MemoryOS.search` over every store. Query vectors are
 computed first and served from a cache during the timed searches, so `search_ms` excludes
 the query embedding; `embed_ms` reports that embedding on its own.
@@ -26,10 +26,10 @@ from typing import Any
 
 from memos.memtypes import CoreBlock, Episode, Fact, MemoryRecord, Procedure, Resource, VaultItem
 
-from ..embeddings import TextEmbedder, local_embedder
-from ..maintenance import maintain
-from ..memory import MemoryOS
-from ..scope import Scope
+from memos.embeddings import TextEmbedder, local_embedder
+from memos.store.lancedb.maintenance import maintain
+from memos.memory import MemoryOS
+from memos.store.scope import Scope
 from ._stats import peak_rss_mb, percentiles
 
 __all__ = ["HashedTokens", "bench_embedder", "make_records", "open_bench_store", "random_sentence", "run_scale_bench"]

@@ -10,7 +10,7 @@ built with `--embedder hashed` times everything but embedding.
 
 `pause_ms`: an untimed pause after the step (the model's call) and another after the reply (the
 user reading and typing). Back to back (0, the default) the background work a turn starts (its
-rows written behind it, `memos.write_behind`; the optimizes its commits bring) lands in the next
+rows written behind it, `memos.store.lancedb.write_behind`; the optimizes its commits bring) lands in the next
 turns; in a chat it runs during those pauses, which this shows.
 """
 
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._malloc import freeze_startup_objects
-from ..scope import Scope
-from ..session import MemorySession
+from memos.store.lancedb._malloc import freeze_startup_objects
+from memos.store.scope import Scope
+from memos.context.session import MemorySession
 from ._stats import peak_rss_mb, percentiles
 from .scale import USERS, random_sentence, bench_embedder, open_bench_store
 

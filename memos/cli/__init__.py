@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
-from .._malloc import limit_malloc_arenas  # noqa: E402
+from memos.store.lancedb._malloc import limit_malloc_arenas  # noqa: E402
 
-limit_malloc_arenas()  # before LanceDB or torch start threads (see memos._malloc)
+limit_malloc_arenas()  # before LanceDB or torch start threads (see memos.store.lancedb._malloc)
 
 from ._app import app  # noqa: E402
 from . import bench as _bench  # noqa: E402,F401
@@ -29,7 +29,7 @@ __all__ = ["app", "main"]
 def main() -> None:
     """Entry point of the `memos` console script: an error is one line (exit 2), never a traceback
     (set MEMOS_DEBUG=1 to see it)."""
-    from ..exceptions import MemosError
+    from memos.exceptions import MemosError
     from ._app import console
 
     try:
@@ -37,7 +37,7 @@ def main() -> None:
     except (MemosError, OSError, RuntimeError) as exc:
         if os.environ.get("MEMOS_DEBUG"):
             raise
-        from ..storage import storage_error
+        from memos.store.lancedb.storage import storage_error
 
         error = exc if isinstance(exc, MemosError) else storage_error(exc, os.environ.get("MEMOS_DB", "the store"))
         text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

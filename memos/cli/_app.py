@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from ..exceptions import MemosError
+from memos.exceptions import MemosError
 
 __all__ = ["DbOption", "JsonOption", "UserOption", "app", "console", "embedder_choice", "emit_json", "fail", "guarded", "open_existing"]
 
@@ -76,7 +76,7 @@ def embedder_choice(value: str) -> str | None:
 
 def open_existing(db: Path, *, embedder: str | None = None, vault_key_file: Path | None = None) -> Any:
     """Open a store that must already exist (a local path is checked; a URI is taken as given)."""
-    from ..memory import MemoryOS
+    from memos.memory import MemoryOS
 
     if "://" not in str(db) and not Path(db).exists():
         fail(f"no memos store at {db} (create one with `memos init {db}`)")

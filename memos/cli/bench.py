@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from .._sync import run_sync
+from memos._sync import run_sync
 from ._app import app, console, emit_json, fail, guarded
 
 bench_app = typer.Typer(help="Benchmarks (results as JSON).", no_args_is_help=True)
@@ -34,7 +34,7 @@ def retrieval(
 
     The data: LOCOMO (Maharana et al., ACL 2024; CC BY-NC 4.0, not shipped with memos). Download
     data/locomo10.zip from https://github.com/snap-research/locomo, unzip it and pass locomo10.json."""
-    from ..bench.retrieval import run_retrieval_bench
+    from memos.bench.retrieval import run_retrieval_bench
 
     if dataset != "locomo":
         fail(f"unknown dataset format {dataset!r}; supported: locomo")
@@ -69,7 +69,7 @@ def scale(
     query_embedder: Annotated[str | None, typer.Option(help="What embeds the queries (default: what built the data); 'local' keeps the model resident.")] = None,
 ) -> None:
     """Insert N records over the six stores, index, and time searches (query embedding excluded)."""
-    from ..bench.scale import run_scale_bench
+    from memos.bench.scale import run_scale_bench
 
     _check_bench_embedder(embedder)
     if query_embedder is not None:
@@ -92,7 +92,7 @@ def turn(
                                                                      "the user's reading, each turn (0: back to back).")] = 0,
 ) -> None:
     """One chat turn's overhead besides the model call: record, retrieve, compile, record the reply (ms)."""
-    from ..bench.turn import run_turn_bench
+    from memos.bench.turn import run_turn_bench
 
     _check_bench_embedder(embedder)
     with Progress(console=console) as progress:
@@ -114,7 +114,7 @@ def serve(
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
 ) -> None:
     """Load-test `memos serve` on loopback: throughput, p50/p95, and every acknowledged write present exactly once."""
-    from ..bench.serve import run_serve_bench
+    from memos.bench.serve import run_serve_bench
 
     if writes * clients > 4 * 1000:
         fail("at most 4,000 writes in all (the check reads each of the 4 users' 1,000 newest records)")

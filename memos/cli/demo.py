@@ -10,13 +10,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .._malloc import freeze_startup_objects
-from .._sync import run_sync
-from ..scope import Scope
+from memos.store.lancedb._malloc import freeze_startup_objects
+from memos._sync import run_sync
+from memos.store.scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, emit_json, fail, guarded
 
 if TYPE_CHECKING:
-    from ..demo import DemoStep
+    from memos.demo import DemoStep
 
 out = Console()
 BaseUrlOption = Annotated[str | None, typer.Option(
@@ -52,7 +52,7 @@ def demo(
     json_out: JsonOption = False,
 ) -> None:
     """Play a three-session conversation through the memory OS, offline, and answer recall questions."""
-    from ..demo import load_script, run_demo
+    from memos.demo import load_script, run_demo
 
     store = path or Path(tempfile.mkdtemp(prefix="memos-demo-")) / "memory"
     data = load_script(script)
@@ -93,14 +93,14 @@ def chat(
     base_url: BaseUrlOption = None,
 ) -> None:
     """Chat with a memory-backed agent (/help lists the commands; /exit leaves)."""
-    from ..memory import MemoryOS
+    from memos.memory import MemoryOS
 
     chosen = _model(model, base_url)
     memory = MemoryOS.open_sync(db, model=model if model != "test" else None)
     bot = memory.agent(chosen, Scope(user, agent, session), budget=budget, manager_model=None if model == "test" else chosen,
                        approve=lambda call: typer.confirm(f"Reveal vault item {call.args}?", default=False))
     inputs = iter(message) if message else None
-    freeze_startup_objects()  # no full collection's pause inside a reply (memos._malloc)
+    freeze_startup_objects()  # no full collection's pause inside a reply (memos.store.lancedb._malloc)
     while True:
         try:
             text = next(inputs) if inputs is not None else typer.prompt("you", prompt_suffix="> ")

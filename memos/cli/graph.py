@@ -8,9 +8,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from .._sync import run_sync
-from ..exceptions import RecordNotFoundError
-from ..scope import Scope
+from memos._sync import run_sync
+from memos.exceptions import RecordNotFoundError
+from memos.store.scope import Scope
 from ._app import DbOption, JsonOption, UserOption, emit_json, fail, guarded, open_existing
 from .jobs import inspect_app
 
@@ -26,7 +26,7 @@ def graph(
     as_json: JsonOption = False,
 ) -> None:
     """Entities and relations of a user: what is true now (or at --at), drawn as text, Mermaid or DOT."""
-    from ..graph import to_dot, to_mermaid
+    from memos.graph.entities import to_dot, to_mermaid
 
     memory = open_existing(db, embedder=None)
     scope = Scope(user)

@@ -11,14 +11,14 @@ from rich.table import Table
 
 from typing import TYPE_CHECKING
 
-from .._sync import run_sync
-from ..scope import Scope
+from memos._sync import run_sync
+from memos.store.scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded, open_existing
 from .jobs import inspect_app
 
 if TYPE_CHECKING:
-    from ..memory import MemoryOS
-    from ..session import MemorySession
+    from memos.memory import MemoryOS
+    from memos.context.session import MemorySession
 
 out = Console()
 AgentOpt = Annotated[str | None, typer.Option(help="Agent id of the scope.")]
@@ -38,8 +38,8 @@ def init(
     embedder: EmbedderOpt = "local",
 ) -> None:
     """Create a store with its tables, vault key and default core blocks, and say what to do next."""
-    from ..core_memory import CoreMemory
-    from ..memory import MemoryOS
+    from memos.context.core_memory import CoreMemory
+    from memos.memory import MemoryOS
 
     memory = MemoryOS.open_sync(db, embedder=embedder_choice(embedder))
     blocks = run_sync(CoreMemory(memory, Scope(user, agent)).blocks())
@@ -71,7 +71,7 @@ def stores(db: DbOption = Path("memos-data"), user: Annotated[str | None, typer.
 @guarded
 def core(db: DbOption = Path("memos-data"), user: UserOption = "default", agent: AgentOpt = None, as_json: JsonOption = False) -> None:
     """The core blocks of a user's agent, with used/limit characters."""
-    from ..core_memory import CoreMemory
+    from memos.context.core_memory import CoreMemory
 
     memory = _open(db)
     blocks = run_sync(CoreMemory(memory, Scope(user, agent)).blocks())

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .._sync import run_sync
-from ..scope import Scope
+from memos._sync import run_sync
+from memos.store.scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded
 
 __all__ = ["inspect_app", "jobs_app", "show_jobs"]
@@ -27,20 +27,20 @@ AgentOption = Annotated[str | None, typer.Option("--agent", help="Agent id of th
 SessionOption = Annotated[str | None, typer.Option("--session", help="Session id of the scope.")]
 EmbedderOption = Annotated[str, typer.Option(help="'local', 'none' (full-text only) or a pydantic-ai embedding model.")]
 ModelOption = Annotated[str | None, typer.Option(help="pydantic-ai model for reflection/consolidation (omit: raw mode).")]
-# memos.scheduler (APScheduler, SQLAlchemy) loads inside the commands that use it, not for
+# memos.jobs.scheduler (APScheduler, SQLAlchemy) loads inside the commands that use it, not for
 # `memos --help`; tests/test_cli.py checks this list against scheduler.JOB_KINDS.
 KINDS_HELP = "One of: reflect, consolidate, decay, maintain."
 
 
 def _scheduler(db: Path) -> Any:
-    from ..scheduler import MemoryScheduler
+    from memos.jobs.scheduler import MemoryScheduler
 
     return MemoryScheduler(db, mode="manual")
 
 
 def _run_now(db: Path, kind: str, scope: Scope, embedder: str, model: str | None, options: dict[str, Any]) -> dict[str, Any]:
-    from ..jobs import run_job
-    from ..memory import MemoryOS
+    from memos.jobs.runs import run_job
+    from memos.memory import MemoryOS
 
     memory = MemoryOS.open_sync(db, embedder=embedder_choice(embedder))
     return run_sync(run_job(memory, kind, scope, model=model, options=options, actor="cli"))
@@ -70,7 +70,7 @@ def worker(
     """Run the scheduled jobs of a store in this process until stopped (Ctrl-C, --duration, --stop-file)."""
     import logging
 
-    from ..worker import run_worker
+    from memos.jobs.worker import run_worker
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
@@ -117,7 +117,7 @@ def consolidate(
 def show_jobs(db: PathOption = Path("memos-data"), embedder: EmbedderOption = "none", as_json: JsonOption = False,
               last: Annotated[int, typer.Option(help="Last runs to show.")] = 10) -> None:
     """Schedules, next runs, and the last runs with their results."""
-    from ..memory import MemoryOS
+    from memos.memory import MemoryOS
 
     with _scheduler(db) as scheduler:
         jobs = [j.as_dict() for j in scheduler.jobs()]
@@ -137,7 +137,7 @@ def show_jobs(db: PathOption = Path("memos-data"), embedder: EmbedderOption = "n
 
 
 async def _all_runs(memory: Any, last: int) -> list[dict[str, Any]]:
-    from ..scope import Where
+    from memos.store.scope import Where
 
     entries = await memory.storage.history_rows(Where().eq("op", "job").build())
     out = [{**(e.after or {}), "at": e.at.isoformat(), "actor": e.actor, "note": e.note} for e in entries]
@@ -170,7 +170,7 @@ def add_job(
     embedder: EmbedderOption = "local", model: ModelOption = None,
 ) -> None:
     """Schedule a job for a scope (replaces an existing one of the same kind)."""
-    from ..scheduler import JOB_KINDS
+    from memos.jobs.scheduler import JOB_KINDS
 
     if kind not in JOB_KINDS:
         fail(f"unknown job kind {kind!r}; known kinds: {', '.join(JOB_KINDS)}")

@@ -24,6 +24,6 @@ def mcp(
         import mcp.server.mcpserver  # noqa: F401
     except ModuleNotFoundError:
         fail("`memos mcp` needs the MCP SDK: pip install 'memos-memory[mcp]' (from a clone: pip install -e '.[mcp]')")
-    from ..mcp_server import serve
+    from memos.mcp.server import serve
 
     asyncio.run(serve(db, user, agent, embedder=embedder_choice(embedder)))

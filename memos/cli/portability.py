@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .._sync import run_sync
-from ..scope import Scope
+from memos._sync import run_sync
+from memos.store.scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, open_existing
 
 if TYPE_CHECKING:
-    from ..memory import MemoryOS
+    from memos.memory import MemoryOS
 
 vault_app = typer.Typer(help="Vault key management.", no_args_is_help=True)
 app.add_typer(vault_app, name="vault")
@@ -35,7 +35,7 @@ def export_cmd(
     key_file: KeyOption = None,
 ) -> None:
     """Export a scope's records and history as JSON lines (vault secrets stay encrypted)."""
-    from ..portability import export_scope
+    from memos.portability import export_scope
 
     memory = _open(db, key_file)
     lines = list(run_sync(export_scope(memory, Scope(user, agent))))
@@ -58,9 +58,9 @@ def import_cmd(
     json_out: JsonOption = False,
 ) -> None:
     """Import an export (records re-embedded; vault secrets re-encrypted only when needed)."""
-    from ..crypto import decode_key
-    from ..memory import MemoryOS
-    from ..portability import import_lines
+    from memos.crypto import decode_key
+    from memos.memory import MemoryOS
+    from memos.portability import import_lines
 
     if not file.exists():
         fail(f"{file} does not exist")
@@ -84,7 +84,7 @@ def forget(
     json_out: JsonOption = False,
 ) -> None:
     """Delete every record, history row and session state of a user, and purge old versions."""
-    from ..portability import forget_user
+    from memos.portability import forget_user
 
     memory = _open(db, None)
     if not any(memory.counts_sync(Scope(user), status=None).values()) and not memory.history_sync(Scope(user), limit=1):

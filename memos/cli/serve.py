@@ -57,7 +57,7 @@ def serve(
     console.print(f"memos serve: {db} on http://{host}:{port} (web view /ui, API /v1, schema /openapi.json)"
                   + ("" if admin_key else "; no admin key: /admin and vault reveals are off"))
     if workers == 1:
-        from ..serve import ServeConfig, run
+        from memos.serve import ServeConfig, run
 
         run(ServeConfig(uri=str(db), embedder=embedder_choice(embedder), admin_key=admin_key, model=model,
                         storage_options=options), host=host, port=port, log_level=log_level)
@@ -84,9 +84,9 @@ def keys_create(
     storage_option: StorageOpt = None,
 ) -> None:
     """Make an API key (prints the token once; the store keeps only its hash)."""
-    from .._sync import run_sync
-    from ..memory import MemoryOS
-    from ..serve.tenancy import Tenants
+    from memos._sync import run_sync
+    from memos.memory import MemoryOS
+    from memos.serve.tenancy import Tenants
 
     if clearance not in ("none", "low", "medium", "high"):
         fail("--clearance must be none, low, medium or high")
@@ -101,8 +101,8 @@ def keys_create(
 @guarded
 def keys_list(db: DbOption = Path("memos-data"), user: Annotated[str | None, typer.Option("--user", "-u")] = None) -> None:
     """The keys of a store (ids, users, clearances; never the tokens)."""
-    from .._sync import run_sync
-    from ..serve.tenancy import Tenants
+    from memos._sync import run_sync
+    from memos.serve.tenancy import Tenants
 
     emit_json([k.public() for k in run_sync(Tenants(open_existing(db, embedder=None)).list(user))])
 
@@ -111,8 +111,8 @@ def keys_list(db: DbOption = Path("memos-data"), user: Annotated[str | None, typ
 @guarded
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key id (from `memos keys list`).")], db: DbOption = Path("memos-data")) -> None:
     """Revoke a key."""
-    from .._sync import run_sync
-    from ..serve.tenancy import Tenants
+    from memos._sync import run_sync
+    from memos.serve.tenancy import Tenants
 
     if not run_sync(Tenants(open_existing(db, embedder=None)).revoke(key_id)):
         fail(f"no key {key_id!r}")

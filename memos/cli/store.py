@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from .._sync import run_sync
-from ..scope import Scope
+from memos._sync import run_sync
+from memos.store.scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, open_existing
 
 
@@ -48,8 +48,8 @@ def _is_locomo(path: Path) -> bool:
 
 
 def _ingest_document(path: Path, db: Path, scope: Scope) -> None:
-    from ..documents import resources_from_text
-    from ..memory import MemoryOS
+    from memos.documents import resources_from_text
+    from memos.memory import MemoryOS
 
     raw = path.read_bytes()
     if b"\x00" in raw[:4096]:
@@ -87,7 +87,7 @@ def ingest(
 ) -> None:
     """Store a file: messages (JSONL / JSON list) or a LOCOMO file as episodic turns, or a text
     document (.txt, .md, ...) as chunked resource memory. Raw mode: no model."""
-    from ..memory import MemoryOS
+    from memos.memory import MemoryOS
 
     scope = Scope(user, agent, session)
     if not file.exists():
@@ -96,7 +96,7 @@ def ingest(
         _ingest_document(file, db, scope)
         return
     if _is_locomo(file):
-        from ..bench.locomo import load_locomo
+        from memos.bench.locomo import load_locomo
 
         conversations = load_locomo(file, categories=())
         rows = [m.model_dump(by_alias=False) for c in conversations for m in c.messages]
@@ -189,7 +189,7 @@ def add(
         record = Resource(title=title or text[:60], content=text, summary=text[:200], resource_type="other", **common)
     else:
         fail(f"memos add stores into {', '.join(ADDABLE)}; not {store!r}")
-    from ..memory import MemoryOS
+    from memos.memory import MemoryOS
 
     mem = MemoryOS.open_sync(db)
     [stored] = mem.add_sync(Scope(user, agent), record, actor="cli")

@@ -18,12 +18,12 @@ from fastapi import APIRouter, Body, Header, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..core_memory import CoreMemory
-from ..memory import MemoryOS
-from ..portability import export_scope, forget_user
-from ..ranking import Hit
-from ..scope import Scope
-from ..session import MemorySession
+from memos.context.core_memory import CoreMemory
+from memos.memory import MemoryOS
+from memos.portability import export_scope, forget_user
+from memos.retrieval.ranking import Hit
+from memos.store.scope import Scope
+from memos.context.session import MemorySession
 from .deps import CallerDep, Caller
 from .errors import ApiError
 from .tenancy import check_admin
@@ -234,7 +234,7 @@ async def _chat_events(turn: Any) -> AsyncIterator[str]:
         return
     except Exception as exc:  # the stream has begun: the error goes out as an event, logged in full here
         from .errors import log, status_of
-        from ..exceptions import MemosError
+        from memos.exceptions import MemosError
 
         kind, message = ("internal", "the chat turn failed; it is logged on the server")
         if isinstance(exc, MemosError):
@@ -340,6 +340,6 @@ async def forget(caller: CallerDep, confirm: Annotated[str, Query(description="T
 
 @router.get("/jobs", tags=["jobs"], summary="The newest background job outcomes (reflection, consolidation, decay) of this scope.")
 async def jobs(caller: CallerDep, limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 20) -> dict[str, Any]:
-    from ..jobs import job_history
+    from memos.jobs.runs import job_history
 
     return {"jobs": await job_history(caller.memory, caller.scope, limit=limit)}

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
 
-from ..session import MemorySession
+from memos.context.session import MemorySession
 from .deps import CallerDep
 from .events import sse_lines
 from ._routes_memory import record_json

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from ..memory import MemoryOS
-from ..scope import Scope
+from memos.memory import MemoryOS
+from memos.store.scope import Scope
 from .errors import ApiError
 from .events import EventBus
 from .tenancy import ApiKey, Tenants, check_admin

@@ -16,8 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import exceptions as ex
-from ..crypto import VaultAccessError, VaultKeyError
+from memos import exceptions as ex
+from memos.crypto import VaultAccessError, VaultKeyError
 
 __all__ = ["ApiError", "error_body", "install_error_handlers", "status_of"]
 

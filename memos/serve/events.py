@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..scope import Scope
+from memos.store.scope import Scope
 
 __all__ = ["EventBus", "sse_lines"]
 

@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
-from ..scope import Scope, validate_value
+from memos.store.scope import Scope, validate_value
 
 if TYPE_CHECKING:
-    from ..memory import MemoryOS
+    from memos.memory import MemoryOS
 
 __all__ = ["ApiKey", "CACHE_SECONDS", "KEY_PREFIX", "MISS_SECONDS", "Tenants", "check_admin", "hash_token"]
 

@@ -1,0 +1,180 @@
+"""Chinese time expressions, read by the same rules as the English ones in `memos.retrieval.temporal`.
+
+昨天, 前天, 上周, 上个月, 去年五月, 三天前, 2023年5月8日, 五月八号, 春节前, 国庆, 周末, 今年夏天:
+`parse_zh(query, now)` returns the window the most specific expression names (earliest of its
+kind), or None. As in English, a date without a year is the most recent such date not in the
+future ("五月" asked in January is last May; "春节" is the last Spring Festival that has begun),
+a named day covers the day before and after, and "before / after X" reaches `ANCHOR_REACH`.
+Numbers may be written in digits or in Chinese (十二月, 二〇二三年, 两周前). The Spring Festival
+falls on a lunar date: `LUNAR_NEW_YEAR` lists it for 2015-2035 (no calendar dependency).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from .time_windows import ANCHOR_REACH, DAY_SLACK, ago_window, day_window, month_window, relative_window
+
+__all__ = ["LUNAR_NEW_YEAR", "parse_zh", "zh_sources"]
+
+LUNAR_NEW_YEAR = {
+    2015: (2, 19), 2016: (2, 8), 2017: (1, 28), 2018: (2, 16), 2019: (2, 5), 2020: (1, 25), 2021: (2, 12),
+    2022: (2, 1), 2023: (1, 22), 2024: (2, 10), 2025: (1, 29), 2026: (2, 17), 2027: (2, 6), 2028: (1, 26),
+    2029: (2, 13), 2030: (2, 3), 2031: (1, 23), 2032: (2, 11), 2033: (1, 31), 2034: (2, 19), 2035: (2, 8),
+}
+"""正月初一 (the first day of the Spring Festival) per Gregorian year."""
+
+_DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_N = r"[0-9〇零一二两三四五六七八九十]"
+_YEAR = rf"(?P<year>(?:19|20)\d\d|[一二][〇零一二三四五六七八九]{{3}})年"
+_MONTH = rf"(?P<month>{_N}{{1,3}})月"
+_DAY = rf"(?P<day>{_N}{{1,3}})[日号號]"
+_REL_YEAR = r"(?P<rel>今年|去年|前年|明年)"
+_SEASONS = {"春": (3, 3), "夏": (6, 3), "秋": (9, 3), "冬": (12, 3)}
+_SEASON = r"(?P<season>[春夏秋冬])(?:天|季)"
+_UNITS = {"天": "day", "日": "day", "周": "week", "星期": "week", "礼拜": "week", "月": "month", "年": "year"}
+_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
+_BEFORE = r"(?P<dir>之前|以前|前|之后|以后|后)"
+
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(p)) for name, p in [
+    ("full_date_anchor", rf"{_YEAR}{_MONTH}{_DAY}{_BEFORE}"),
+    ("full_date", rf"{_YEAR}{_MONTH}{_DAY}"),
+    ("festival_year", rf"(?:{_YEAR}|{_REL_YEAR})的?(?P<fest>春节|过年|国庆节?|五一)(?P<dir>前|后|之前|之后|以前|以后)?"),
+    ("month_day_anchor", rf"{_MONTH}{_DAY}{_BEFORE}"),
+    ("month_day", rf"{_MONTH}{_DAY}"),
+    ("year_month", rf"(?:{_YEAR}|{_REL_YEAR}){_MONTH}(?!{_N}*[日号號])"),
+    ("season_year", rf"(?:{_YEAR}|{_REL_YEAR}){_SEASON}"),
+    ("ago", rf"(?P<count>{_N}{{1,3}}|几|好几)个?(?P<unit>天|星期|礼拜|周|月|年)(?:以?前|之前)"),
+    ("weekday", r"(?P<which>上|这|本)(?:个)?(?:周|星期|礼拜)(?P<wd>[一二三四五六日天])"),
+    ("weekend", r"(?P<which>上|这|本)?(?:个)?(?:周末|礼拜六日)"),
+    ("relative", r"(?P<which>上|这|本)(?:个)?(?P<unit>周|星期|礼拜|月)(?!末)"),
+    ("rel_year", r"(?P<rel>今年|去年|前年)(?!\d|[〇零一二两三四五六七八九十春夏秋冬])"),
+    ("named_day", r"(?P<day>大前天|前天|昨天|昨晚|昨日|今天|今晚|今日)"),
+    ("festival", r"(?P<fest>春节|过年|国庆节?|五一)(?P<dir>前|后|之前|之后|以前|以后)?"),
+    ("month", rf"(?<![0-9〇零一二两三四五六七八九十年个几])({_MONTH})(?![0-9〇零一二两三四五六七八九十]*[日号號])"),
+    ("year", rf"{_YEAR}"),
+]]
+
+
+def zh_sources() -> list[str]:
+    """The sources of the patterns `parse_zh` reads (`memos.retrieval.temporal.mentions_time` joins them)."""
+    return [pattern.pattern for _, pattern in _PATTERNS]
+
+
+def parse_zh(query: str, now: datetime) -> tuple[datetime, datetime, str] | None:
+    """(since, until, phrase) of the most specific Chinese time expression in `query`, or None."""
+    for name, pattern in _PATTERNS:
+        for match in pattern.finditer(query):
+            try:
+                window = _window(name, match.groupdict(), now)
+            except (ValueError, KeyError):  # 2月30日, 十三月: not a date
+                window = None
+            if window is not None:
+                return window[0], window[1], match.group(0)
+    return None
+
+
+def _number(text: str) -> int:
+    """12, 十二, 二十八, 两, 二〇二三 -> int."""
+    if text.isdigit():
+        return int(text)
+    if "十" in text:
+        tens, _, ones = text.partition("十")
+        return (_DIGITS[tens] if tens else 1) * 10 + (_DIGITS[ones] if ones else 0)
+    value = 0
+    for char in text:
+        value = value * 10 + _DIGITS[char]
+    return value
+
+
+def _year(g: dict[str, str | None], now: datetime) -> int | None:
+    if g.get("year"):
+        return _number(g["year"][:-1] if g["year"].endswith("年") else g["year"])
+    rel = g.get("rel")
+    return None if rel is None else now.year + {"今年": 0, "去年": -1, "前年": -2, "明年": 1}[rel]
+
+
+def _latest(month: int, day: int, now: datetime) -> int:
+    """The year of the most recent (month, day) that is not in the future."""
+    return now.year if (month, day) <= (now.month, now.day) else now.year - 1
+
+
+def _anchored(anchor: datetime, direction: str) -> tuple[datetime, datetime]:
+    """Before / after the day starting at `anchor`, as `memos.retrieval.temporal` reads "before X"."""
+    if direction.endswith("前"):
+        return anchor - ANCHOR_REACH - DAY_SLACK, anchor + DAY_SLACK
+    return anchor, anchor + timedelta(days=1) + ANCHOR_REACH + DAY_SLACK
+
+
+def _festival(fest: str, year: int | None, direction: str | None, now: datetime) -> tuple[datetime, datetime] | None:
+    """春节 (除夕 to 初七), 国庆 (1-7 October), 五一 (1-5 May); before / after reach ANCHOR_REACH."""
+    def start_end(y: int) -> tuple[datetime, datetime]:
+        if fest in ("春节", "过年"):
+            month, day = LUNAR_NEW_YEAR[y]
+            first = datetime(y, month, day, tzinfo=UTC)
+            return first - timedelta(days=1), first + timedelta(days=7)
+        if fest.startswith("国庆"):
+            return datetime(y, 10, 1, tzinfo=UTC), datetime(y, 10, 8, tzinfo=UTC)
+        return datetime(y, 5, 1, tzinfo=UTC), datetime(y, 5, 6, tzinfo=UTC)
+
+    if year is None:  # the most recent one that has begun
+        year = now.year if start_end(now.year)[0] <= now else now.year - 1
+    if year not in LUNAR_NEW_YEAR and fest in ("春节", "过年"):
+        return None
+    start, end = start_end(year)
+    if not direction:
+        return start, end
+    if direction.endswith("前"):  # before its first day (初一, 1 October, 1 May)
+        first = start + timedelta(days=1) if fest in ("春节", "过年") else start
+        return first - ANCHOR_REACH - DAY_SLACK, first + DAY_SLACK
+    return start, end + ANCHOR_REACH  # after: from the holiday on, to two weeks past it
+
+
+def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetime, datetime] | None:
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    if name in ("full_date", "full_date_anchor"):
+        window = day_window(_year(g, now), _number(g["month"]), _number(g["day"]))
+        return _anchored(window[0] + DAY_SLACK, g["dir"]) if name == "full_date_anchor" else window
+    if name in ("month_day", "month_day_anchor"):
+        month, day = _number(g["month"]), _number(g["day"])
+        window = day_window(_latest(month, day, now), month, day)
+        return _anchored(window[0] + DAY_SLACK, g["dir"]) if name == "month_day_anchor" else window
+    if name in ("festival_year", "festival"):
+        return _festival(g["fest"], _year(g, now), g.get("dir"), now)
+    if name == "year_month":
+        return month_window(_year(g, now), _number(g["month"]), 1)
+    if name == "season_year":
+        start, months = _SEASONS[g["season"]]
+        return month_window(_year(g, now), start, months)
+    if name == "ago":
+        count = 3 if g["count"] in ("几", "好几") else _number(g["count"])
+        return ago_window(count, _UNITS[g["unit"]], now)
+    if name == "weekday":
+        monday = today - timedelta(days=today.weekday()) - timedelta(weeks=1 if g["which"] == "上" else 0)
+        day = monday + timedelta(days=_WEEKDAYS[g["wd"]])
+        return day - DAY_SLACK, day + timedelta(days=1) + DAY_SLACK
+    if name == "weekend":
+        if g["which"] is None:  # 周末: the most recent weekend (this one, if it has begun)
+            which = "this" if today.weekday() >= 5 else "last"
+        else:
+            which = "last" if g["which"] == "上" else "this"
+        return relative_window(which, "weekend", now)
+    if name == "relative":
+        return relative_window("last" if g["which"] == "上" else "this", _UNITS[g["unit"]], now)
+    if name == "rel_year":
+        year = _year(g, now)
+        return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+    if name == "named_day":
+        back = {"大前天": 3, "前天": 2, "昨天": 1, "昨晚": 1, "昨日": 1}.get(g["day"], 0)
+        start = today - timedelta(days=back)
+        return start, start + timedelta(days=1)
+    if name == "month":
+        month = _number(g["month"])
+        if not 1 <= month <= 12:
+            return None
+        return month_window(now.year if month <= now.month else now.year - 1, month, 1)
+    if name == "year":
+        year = _year(g, now)
+        return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+    return None

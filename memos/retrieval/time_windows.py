@@ -1,0 +1,90 @@
+"""Calendar windows shared by the English and the Chinese time parsers (`memos.retrieval.temporal`,
+`memos.retrieval.temporal_zh`): the window types, the slack around a named day, and the spans that
+"3 weeks ago", "last month", "May 2023" or a single day name. Pure, no I/O.
+"""
+
+from __future__ import annotations
+
+import calendar
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+__all__ = ["ANCHOR_REACH", "DAY_SLACK", "TimeWindow", "ago_window", "day_window", "month_window", "relative_window",
+           "shift_months"]
+
+DAY_SLACK = timedelta(days=1)
+"""A named day also covers the day before and after (time zones; "that evening")."""
+ANCHOR_REACH = timedelta(days=14)
+""""before X" / "after X" without a length means within this long of X."""
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """A span of time a query refers to: `since` <= t < `until` (UTC)."""
+
+    since: datetime
+    until: datetime
+    phrase: str
+    """The words of the query it was read from."""
+
+    def __contains__(self, when: datetime) -> bool:
+        return self.since <= when < self.until
+
+
+def day_window(year: int, month: int, day: int) -> tuple[datetime, datetime]:
+    """A named day, with `DAY_SLACK` either side (ValueError if it is no date)."""
+    start = datetime(year, month, day, tzinfo=UTC)
+    return start - DAY_SLACK, start + timedelta(days=1) + DAY_SLACK
+
+
+def month_window(year: int, month: int, months: int) -> tuple[datetime, datetime]:
+    """`months` calendar months from the first of `month` (a season is three)."""
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end_month = month - 1 + months
+    return start, datetime(year + end_month // 12, end_month % 12 + 1, 1, tzinfo=UTC)
+
+
+def shift_months(when: datetime, months: int) -> datetime:
+    index = when.year * 12 + when.month - 1 - months
+    year, month = divmod(index, 12)
+    return when.replace(year=year, month=month + 1, day=min(when.day, calendar.monthrange(year, month + 1)[1]))
+
+
+def ago_window(count: int, unit: str, now: datetime) -> tuple[datetime, datetime]:
+    """ "3 weeks ago": that week; "4 years ago": that year (a loose reading, it is a boost)."""
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    if unit == "day":
+        start = today - timedelta(days=count)
+        return start, start + timedelta(days=1)
+    if unit == "week":
+        start = today - timedelta(weeks=count)
+        return start - timedelta(days=3), start + timedelta(days=4)
+    if unit == "month":
+        start = shift_months(today.replace(day=1), count)
+        return start, shift_months(start, -1)
+    year = now.year - count
+    return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+
+
+def relative_window(which: str, unit: str, now: datetime) -> tuple[datetime, datetime]:
+    """ "last" / "this" / "past" week, weekend, month or year, relative to `now`."""
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    if unit in ("week", "weekend"):
+        monday = today - timedelta(days=today.weekday())
+        if which == "past":
+            return today - timedelta(days=7), today + timedelta(days=1)
+        start = monday if which == "this" else monday - timedelta(weeks=1)
+        if unit == "weekend":
+            saturday = start + timedelta(days=5)
+            return saturday, saturday + timedelta(days=2)
+        return start, start + timedelta(weeks=1)
+    if unit == "month":
+        first = today.replace(day=1)
+        if which == "past":
+            return today - timedelta(days=31), today + timedelta(days=1)
+        start = first if which == "this" else shift_months(first, 1)
+        return start, shift_months(start, -1)
+    if which == "past":
+        return today - timedelta(days=366), today + timedelta(days=1)
+    year = now.year if which == "this" else now.year - 1
+    return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)

@@ -1,0 +1,3 @@
+"""Storage: the protocol the kernel needs from a store, and its implementations."""
+
+__all__: list[str] = []

@@ -1,0 +1,181 @@
+"""Scopes, and the only way a LanceDB `where` clause is built.
+
+A scope is a hard partition of memory: `user_id` is always required and always filtered;
+`agent_id` and `session_id` narrow it further when given. A write stores all three (an unset
+id is stored as the empty string), a read sees exactly the records whose ids equal the ones
+the scope sets. One user's query can never see another user's records.
+
+Filters never interpolate raw strings. Every value passes `validate_value` (type, length,
+no NUL or control characters, valid UTF-8) and is then quoted by `sql_string`, which
+doubles single quotes. Column names are never taken from input.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from memos.exceptions import InvalidFilterError
+
+__all__ = ["MAX_ID_LENGTH", "Scope", "Where", "sql_in", "sql_string", "valid_at", "validate_record_id", "validate_value"]
+
+MAX_ID_LENGTH = 256
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_RECORD_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+
+
+def validate_value(value: object, what: str, *, allow_empty: bool = False) -> str:
+    """Return `value` as a safe filter string or raise `InvalidFilterError` saying why."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidFilterError(f"{what} is not valid UTF-8") from None
+    if not isinstance(value, str):
+        raise InvalidFilterError(f"{what} must be a string, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise InvalidFilterError(f"{what} must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidFilterError(f"{what} is {len(value)} characters; the limit is {MAX_ID_LENGTH}")
+    if _CONTROL.search(value):
+        raise InvalidFilterError(f"{what} contains a control or NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidFilterError(f"{what} contains unpaired surrogates (not valid UTF-8)") from None
+    return value
+
+
+def validate_record_id(value: object) -> str:
+    """A record id: 1-128 characters of letters, digits and `_ . : -`."""
+    text = validate_value(value, "record id")
+    if not _RECORD_ID.match(text):
+        raise InvalidFilterError(f"record id {text[:40]!r} is not a valid id (letters, digits, _ . : - only)")
+    return text
+
+
+def sql_string(value: str) -> str:
+    """Quote an already validated string as a SQL literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def sql_in(column: str, values: Iterable[str]) -> str:
+    """`column IN (...)` over quoted, already validated strings; `false` for none."""
+    quoted = ", ".join(sql_string(v) for v in values)
+    return f"{column} IN ({quoted})" if quoted else "false"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Who a memory belongs to: a user, optionally one of their agents and one session.
+
+    `user_id` is required. A scope with `agent_id=None` spans all of the user's agents;
+    with `session_id=None` it spans all sessions. Writes store unset ids as "".
+    """
+
+    user_id: str
+    agent_id: str | None = None
+    session_id: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_value(self.user_id, "user_id")
+        if self.agent_id is not None:
+            validate_value(self.agent_id, "agent_id", allow_empty=True)
+        if self.session_id is not None:
+            validate_value(self.session_id, "session_id", allow_empty=True)
+
+    def where(self) -> str:
+        """The scope as a safe LanceDB filter."""
+        parts = [f"user_id = {sql_string(self.user_id)}"]
+        if self.agent_id is not None:
+            parts.append(f"agent_id = {sql_string(self.agent_id)}")
+        if self.session_id is not None:
+            parts.append(f"session_id = {sql_string(self.session_id)}")
+        return " AND ".join(parts)
+
+    def stamp(self) -> dict[str, str]:
+        """The three ids a record written in this scope carries."""
+        return {"user_id": self.user_id, "agent_id": self.agent_id or "", "session_id": self.session_id or ""}
+
+    def contains(self, user_id: str, agent_id: str, session_id: str) -> bool:
+        """True if a record with these ids is visible from this scope."""
+        return (
+            user_id == self.user_id
+            and (self.agent_id is None or agent_id == self.agent_id)
+            and (self.session_id is None or session_id == self.session_id)
+        )
+
+    def narrow(self, *, agent_id: str | None = None, session_id: str | None = None) -> Scope:
+        """A narrower scope of the same user."""
+        return Scope(self.user_id, agent_id if agent_id is not None else self.agent_id,
+                     session_id if session_id is not None else self.session_id)
+
+    def __str__(self) -> str:
+        return "/".join(x for x in (self.user_id, self.agent_id, self.session_id) if x)
+
+
+def _timestamp(value: datetime, what: str) -> str:
+    if not isinstance(value, datetime):
+        raise InvalidFilterError(f"{what} must be a datetime, got {type(value).__name__}")
+    try:
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidFilterError(f"{what} {value!r} is outside the years 1 to 9999 once taken to UTC") from None
+    # strftime's %Y does not pad years before 1000, which the SQL parser then rejects
+    return (f"TIMESTAMP '{value.year:04d}-{value.month:02d}-{value.day:02d} "
+            f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}'")
+
+
+def valid_at(when: datetime) -> str:
+    """Rows still valid at `when` (not closed by then): the bi-temporal half of an `until` filter."""
+    return f"valid_to IS NULL OR valid_to > {_timestamp(when, 'until')}"
+
+
+class Where:
+    """Builds a conjunction of safe conditions, starting from a scope."""
+
+    def __init__(self, scope: Scope | None = None) -> None:
+        self._parts: list[str] = [scope.where()] if scope is not None else []
+
+    def eq(self, column: str, value: object) -> Where:
+        self._parts.append(f"{column} = {sql_string(validate_value(value, column, allow_empty=True))}")
+        return self
+
+    def id_in(self, ids: list[str]) -> Where:
+        self._parts.append(sql_in("id", [validate_record_id(i) for i in ids]))
+        return self
+
+    def status_in(self, statuses: tuple[str, ...] | list[str] | None) -> Where:
+        if statuses:
+            self._parts.append(sql_in("status", [validate_value(s, "status") for s in statuses]))
+        return self
+
+    def tags_any(self, tags: list[str] | None) -> Where:
+        if tags:
+            quoted = ", ".join(sql_string(validate_value(t, "tag")) for t in tags)
+            self._parts.append(f"array_has_any(tags, [{quoted}])")
+        return self
+
+    def time_range(self, column: str, since: datetime | None, until: datetime | None) -> Where:
+        if since is not None:
+            self._parts.append(f"{column} >= {_timestamp(since, 'since')}")
+        if until is not None:
+            self._parts.append(f"{column} < {_timestamp(until, 'until')}")
+        return self
+
+    def any_time_window(self, column: str, windows: list[tuple[datetime, datetime]]) -> Where:
+        """Rows whose `column` falls in any of the [start, end] windows."""
+        if windows:
+            self._parts.append(" OR ".join(
+                f"({column} >= {_timestamp(a, 'window start')} AND {column} <= {_timestamp(b, 'window end')})" for a, b in windows))
+        return self
+
+    def raw(self, condition: str) -> Where:
+        """A condition written by memos itself (never from input)."""
+        self._parts.append(condition)
+        return self
+
+    def build(self) -> str | None:
+        return " AND ".join(f"({p})" for p in self._parts) if self._parts else None
