@@ -1,7 +1,8 @@
 """The pydantic-ai implementation of the kernel's `memos.model_backend.ModelBackend`.
 
-The package root registers `BACKEND` with the kernel (lazily), so jobs given a model reflect and
-judge conflicts with the agents here, and `MemoryOS.agent(...)` returns a `ChatAgent`.
+A `MemoryOS` opened without a `backend=` loads this one on first use (`MemoryOS.backend`), so
+jobs given a model reflect and judge conflicts with the agents here, and `MemoryOS.agent(...)`
+returns a `ChatAgent`.
 """
 
 from __future__ import annotations
@@ -10,15 +11,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from memos.memory import MemoryOS
 from memos.memtypes import MemoryRecord
+
+from memos.memory import MemoryOS
 from memos.store.scope import Scope
 
 from .chat import ChatAgent
 from .consolidation import FactDecision, decide_conflicts
 from .reflection import Insight, reflect_on
 
-__all__ = ["BACKEND", "PydanticAIBackend"]
+__all__ = ["PydanticAIBackend"]
 
 
 class PydanticAIBackend:
@@ -34,6 +36,3 @@ class PydanticAIBackend:
     def chat_agent(self, memory: MemoryOS, scope: Scope, model: Any, **options: Any) -> ChatAgent:
         return ChatAgent(memory, scope, model, **options)
 
-
-BACKEND = PydanticAIBackend()
-"""The backend the package root registers."""

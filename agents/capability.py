@@ -17,9 +17,9 @@ from pydantic_ai import RunContext
 from pydantic_ai.capabilities import Capability
 
 from memos import prompts
+from memos.context.session import MemorySession
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
-from memos.context.session import MemorySession
 
 from .deps import MemoryDeps
 from .tools import memory_toolset
@@ -30,7 +30,7 @@ __all__ = ["MemosInstructions", "memory_capability"]
 class MemosInstructions:
     """The dynamic instructions: core blocks plus the memories recalled for the run's prompt."""
 
-    def __init__(self, session: MemorySession, *, record_turns: bool, k: int) -> None:
+    def __init__(self, session: MemorySession[MemoryOS], *, record_turns: bool, k: int) -> None:
         self.session = session
         self.record_turns = record_turns
         self.k = k

@@ -27,19 +27,27 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from memos.memtypes import Episode
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.exceptions import ModelAPIError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.usage import UsageLimits
 
-from memos._sync import with_sync_methods
+from memos._sync import check_sync_twins, sync_twin
+from memos.context.paging import Summarizer
+from memos.context.session import CompiledContext, MemorySession
 from memos.context.window import BudgetPolicy
 from memos.exceptions import ConfigError
 from memos.memory import MemoryOS
-from memos.context.paging import Summarizer
 from memos.store.scope import Scope
-from memos.context.session import CompiledContext, MemorySession
-from memos.memtypes import Episode
 
 from .deps import MemoryDeps
 from .manager import ManagerReport, MemoryManager
@@ -95,7 +103,7 @@ def history_messages(turns: list[Episode]) -> list[ModelMessage]:
     return messages
 
 
-@with_sync_methods
+@check_sync_twins
 class ChatAgent:
     """A chat agent over one scope of a `MemoryOS` (see the module docstring)."""
 
@@ -132,7 +140,7 @@ class ChatAgent:
         self.name = name
         self.instrument = instrument
         """pydantic-ai instrumentation (True or `InstrumentationSettings`): OpenTelemetry spans for runs and tools."""
-        self._session: MemorySession | None = None
+        self._session: MemorySession[MemoryOS] | None = None
         self._agent: Agent[None, str | DeferredToolRequests] | None = None
         self._manager: MemoryManager | None = None
         self._pending: list[Episode] = []
@@ -147,7 +155,7 @@ class ChatAgent:
         self.manager_reports: list[ManagerReport] = []
         self.last: TurnReport | None = None
 
-    async def session(self) -> MemorySession:
+    async def session(self) -> MemorySession[MemoryOS]:
         """The working context (opened, or resumed from the store, on first use)."""
         if self._session is None:
             model_name = self.model if isinstance(self.model, str) else getattr(self.model, "model_name", None)
@@ -297,6 +305,11 @@ class ChatAgent:
             results.calls[call.tool_call_id] = ToolDenied("external tool calls are not supported here")
         return results
 
+
+    session_sync = sync_twin(session)
+    chat_sync = sync_twin(chat)
+    manage_sync = sync_twin(manage)
+    flush_sync = sync_twin(flush)
 
 def _responses_endpoint_hint(exc: ModelAPIError, model: Any) -> str | None:
     """The fix for a 404 from a server without OpenAI's Responses API, or None for any other error.

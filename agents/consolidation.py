@@ -11,10 +11,9 @@ from datetime import datetime
 from functools import cache
 from typing import Literal
 
+from memos.memtypes import MemoryRecord
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ModelRetry, RunContext
-
-from memos.memtypes import MemoryRecord
 
 from .reflection import render_prompt
 

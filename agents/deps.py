@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memos.context.core_memory import CoreMemory
+from memos.context.session import MemorySession
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
-from memos.context.session import MemorySession
 
 __all__ = ["MemoryDeps"]
 
@@ -16,7 +16,7 @@ __all__ = ["MemoryDeps"]
 class MemoryDeps:
     """One agent's view of memory: a `MemorySession` (its scope, core blocks, recall log)."""
 
-    session: MemorySession
+    session: MemorySession[MemoryOS]
     actor: str = "agent"
     """Written into history for every change the tools make."""
     approver: str = "user"

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from memos.memtypes.entity import normal_name
 from pydantic_ai import ModelRetry
 from pydantic_ai.toolsets import FunctionToolset
 
-from memos.graph.extraction import query_names
 from memos.exceptions import MemosError
 from memos.graph.entities import ENTITY_COLUMNS, GraphView
+from memos.graph.extraction import query_names
 from memos.memory import MemoryOS
-from memos.memtypes.entity import normal_name
 from memos.store.scope import Scope, Where
 
 from .arguments import parse_when

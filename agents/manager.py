@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from memos.memtypes import BASE_FIELDS, Episode, MemoryRecord
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.usage import UsageLimits
@@ -21,7 +22,6 @@ from memos import prompts
 from memos.exceptions import MemosError
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
-from memos.memtypes import BASE_FIELDS, Episode, MemoryRecord
 
 from .graph import apply_graph, check_graph, graph_notes
 from .tools import INSERTABLE_FIELDS

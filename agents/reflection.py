@@ -12,11 +12,11 @@ from datetime import datetime
 from functools import cache
 from typing import Any, Literal
 
+from memos.memtypes import MemoryRecord
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ModelRetry, RunContext
 
 from memos import prompts
-from memos.memtypes import MemoryRecord
 
 __all__ = ["Insight", "Reflection", "build_reflection_agent", "reflect_on", "render_prompt"]
 

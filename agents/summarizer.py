@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from memos.memtypes import Episode
 from pydantic_ai import Agent
 from pydantic_ai.usage import UsageLimits
 
 from memos import prompts
-from memos.memtypes import Episode
 
 __all__ = ["ModelSummarizer"]
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from memos.memtypes import BASE_FIELDS, VaultItem
 from pydantic import ValidationError
 from pydantic_ai import ModelRetry
 from pydantic_ai.toolsets import FunctionToolset
 
 from memos.exceptions import MemosError
-from memos.memtypes import BASE_FIELDS, VaultItem
 
 from .arguments import parse_when
 from .deps import MemoryDeps

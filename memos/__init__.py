@@ -40,7 +40,6 @@ from .exceptions import (  # noqa: E402
     StoreUnavailableError,
     UnknownMemoryTypeError,
 )
-from .model_backend import model_backend, provide, register_backend  # noqa: E402
 
 # The facade and what it pulls in (LanceDB, pyarrow, tiktoken) load on first use of a name below,
 # so `import memos` (and `memos --help`) costs no storage import (PEP 562 module __getattr__).
@@ -63,33 +62,6 @@ def __getattr__(name: str) -> object:
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
-
-# The package root wires in what sits above the facade (it may import every floor): the session,
-# the scheduler and the pydantic-ai agents. Each is loaded on first use, so `import memos` stays light.
-
-def _pydantic_ai_backend() -> object:
-    """The agents' implementation of what the kernel asks of a model (`memos.model_backend`)."""
-    from memos.agents.backend import BACKEND
-
-    return BACKEND
-
-
-async def _open_session(memory: MemoryOS, scope: Scope, **options: object) -> object:
-    from memos.context.session import MemorySession
-
-    return await MemorySession.open(memory, scope, **options)  # type: ignore[arg-type]
-
-
-def _open_scheduler(memory: MemoryOS, **options: object) -> object:
-    from memos.jobs.runs import open_scheduler
-
-    return open_scheduler(memory, **options)  # type: ignore[arg-type]
-
-
-register_backend(_pydantic_ai_backend)  # type: ignore[arg-type]
-provide("session", _open_session)
-provide("scheduler", _open_scheduler)
-provide("agent", lambda memory, scope, model, **options: model_backend().chat_agent(memory, scope, model, **options))
 
 __all__ = [
     "BudgetError",

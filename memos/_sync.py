@@ -1,7 +1,9 @@
 """One helper that turns the async core into `*_sync` methods.
 
 memos is written once, async. Synchronous callers (scripts, notebooks, the CLI) get a
-`name_sync` twin of every public coroutine method, generated here, never hand-copied.
+`name_sync` twin of every public coroutine method: one line in the class body
+(`add_sync = sync_twin(add)`), typed like the coroutine, never a hand-copied body;
+`check_sync_twins` fails a class that lacks one.
 Coroutines run on one private event loop in a daemon thread, so a sync call also works
 from inside a running loop (Jupyter) and LanceDB's async handles always see the same loop.
 """
@@ -17,11 +19,21 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-__all__ = ["BEST_EFFORT_GRACE", "EXIT_SETTLE", "best_effort", "run_sync", "with_sync_methods"]
+__all__ = [
+    "BEST_EFFORT_GRACE",
+    "EXIT_SETTLE",
+    "best_effort",
+    "check_sync_twins",
+    "run_sync",
+    "sync_classmethod_twin",
+    "sync_twin",
+]
 
 T = TypeVar("T")
+S = TypeVar("S")
+P = ParamSpec("P")
 
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
@@ -164,23 +176,31 @@ async def _as_coroutine(awaitable: Awaitable[T]) -> T | _Escaped:
         return _Escaped(exc)
 
 
-def _sync_twin(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+def sync_twin(fn: Callable[P, Awaitable[T]]) -> Callable[P, T]:
+    """The `*_sync` twin of a coroutine function: `add_sync = sync_twin(add)` in a class body
+    gives a method with `add`'s parameters that returns what `add` awaits (`run_sync`)."""
+
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def twin(*args: P.args, **kwargs: P.kwargs) -> T:
         return run_sync(fn(*args, **kwargs))
 
-    wrapper.__doc__ = f"Synchronous form of `{fn.__name__}`.\n\n{fn.__doc__ or ''}"
-    wrapper.__name__ = f"{fn.__name__}_sync"
-    return wrapper
+    twin.__doc__ = f"Synchronous form of `{fn.__name__}`.\n\n{fn.__doc__ or ''}"
+    twin.__name__ = twin.__qualname__ = f"{fn.__name__}_sync"
+    return twin
 
 
-def with_sync_methods(cls: type[T]) -> type[T]:
-    """Class decorator: add `name_sync` for each public `async def name` (incl. classmethods)."""
-    for name, attr in list(vars(cls).items()):
-        if name.startswith("_") or f"{name}_sync" in vars(cls):
-            continue
-        if isinstance(attr, classmethod) and inspect.iscoroutinefunction(attr.__func__):
-            setattr(cls, f"{name}_sync", classmethod(_sync_twin(attr.__func__)))
-        elif inspect.iscoroutinefunction(attr):
-            setattr(cls, f"{name}_sync", _sync_twin(attr))
+def sync_classmethod_twin(fn: Callable[Concatenate[type[S], P], Awaitable[T]]) -> classmethod[S, P, T]:
+    """`sync_twin` of an async classmethod: `open_sync = sync_classmethod_twin(open)`."""
+    func: Any = fn.__func__ if isinstance(fn, classmethod) else fn  # in a class body `open` is the classmethod
+    return classmethod(sync_twin(func))
+
+
+def check_sync_twins(cls: type[T]) -> type[T]:
+    """Class decorator: every public `async def name` (incl. classmethods) has its `name_sync`
+    twin, written with `sync_twin` in the class body so type checkers see it; checked when the
+    class is defined."""
+    missing = [name for name, attr in vars(cls).items() if not name.startswith("_") and f"{name}_sync" not in vars(cls)
+               and inspect.iscoroutinefunction(attr.__func__ if isinstance(attr, classmethod) else attr)]
+    if missing:
+        raise TypeError(f"{cls.__name__} lacks the sync twins of {missing}: add `name_sync = sync_twin(name)` to its body")
     return cls

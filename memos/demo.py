@@ -16,12 +16,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .memtypes import Episode, VaultItem
+from memos.context.session import MemorySession
+from memos.store.scope import Scope
 
 from .exceptions import ConfigError
 from .memory import MemoryOS
-from memos.store.scope import Scope
-from memos.context.session import MemorySession
+from .memtypes import Episode, VaultItem
 
 __all__ = ["DemoAnswer", "DemoResult", "DemoStep", "load_script", "run_demo"]
 
@@ -118,7 +118,8 @@ async def run_demo(
             text = turns[index][1]
             if agent is not None:
                 reply = await agent.chat(text)
-                ctx = agent.last.context  # type: ignore[union-attr]
+                assert agent.last is not None
+                ctx = agent.last.context
             else:
                 assert session is not None
                 turn = await session.record_turn("user", text, actor=user)

@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from .memtypes import Episode
+from memos.store.scope import Scope
 
 from .exceptions import InvalidRecordError
-from memos.store.scope import Scope
+from .memtypes import Episode
 
 __all__ = ["CONTEXT_CHARS", "MAX_MESSAGE_CHARS", "Message", "episodes_from_messages", "turn_context"]
 

@@ -8,13 +8,14 @@ before they reach a table and come back redacted; only `reveal` decrypts (`memos
 from __future__ import annotations
 
 import asyncio
+import importlib
 import itertools
 import json
 import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import ValidationError
 
@@ -34,7 +35,7 @@ from memos.store.read_cache import FORGET, ReadCache
 from memos.store.scope import Scope, Where, validate_record_id, validate_value
 
 from . import validation as check
-from ._sync import with_sync_methods
+from ._sync import check_sync_twins, sync_classmethod_twin, sync_twin
 from .embeddings import LOCAL_BATCH, TextEmbedder, resolve_embedder
 from .exceptions import (
     ConfigError,
@@ -46,12 +47,17 @@ from .exceptions import (
 )
 from .ingest import Message, episodes_from_messages
 from .memtypes import BUILTIN_TYPES, Episode, MemoryRecord, new_id
-from .model_backend import opener, provide
+from .model_backend import MemoryAgent, ModelBackend
 from .telemetry import span
 from .tokens import Tokenizer, tokenizer_for
 from .vault import Vault, default_key_file
 
-__all__ = ["MemoryOS", "ScopedMemory", "default_key_file", "provide"]
+if TYPE_CHECKING:
+    from memos.context.session import MemorySession
+    from memos.graph.entities import EntityGraph
+    from memos.jobs.scheduler import MemoryScheduler
+
+__all__ = ["DEFAULT_BACKEND", "MemoryOS", "ScopedMemory", "default_key_file"]
 
 log = logging.getLogger("memos")
 R = TypeVar("R", bound=MemoryRecord)
@@ -72,12 +78,16 @@ def _default_clock() -> datetime:
     return datetime.now(UTC)
 
 
-@with_sync_methods
+DEFAULT_BACKEND = "memos.agents.backend:PydanticAIBackend"
+"""The model backend a `MemoryOS` opened without `backend=` uses (module:class, built on first use):
+the agents sit a floor above the facade, which names them here instead of importing them."""
+
+@check_sync_twins
 class MemoryOS:
     """An agent's whole memory: core, episodic, semantic, procedural, resource and vault stores.
 
     Open one with `await MemoryOS.open(path)` (or `MemoryOS.open_sync(path)`); every method has
-    a `*_sync` twin.
+    a `*_sync` twin (listed at the end of the class).
     """
 
     def __init__(
@@ -89,6 +99,7 @@ class MemoryOS:
         clock: Callable[[], datetime],
         ranking: RankingPolicy,
         vault_key_file: Path | None,
+        backend: ModelBackend | None = None,
     ) -> None:
         self.storage = storage
         self.embedder = embedder
@@ -97,6 +108,8 @@ class MemoryOS:
         self.clock = clock
         self.ranking = ranking
         self.vault_key_file = vault_key_file
+        self._backend: ModelBackend | None = backend
+        self._scheduler: MemoryScheduler | None = None
         self.vault = Vault(self, vault_key_file)
         """The secrets: encryption at rest, reveal, key rotation, scrubbing (`memos.vault`)."""
         self._drawn: set[str] = set()  # ids `draw_ids` handed out and no add has used yet
@@ -117,12 +130,15 @@ class MemoryOS:
         ranking: RankingPolicy | None = None,
         vault_key_file: str | Path | None = None,
         storage_options: dict[str, str] | None = None,
+        backend: ModelBackend | None = None,
     ) -> MemoryOS:
         """Open or create the memory at `uri` (a directory, or any LanceDB URI such as s3://...).
 
         `embedder`: "local" (default, offline MiniLM), None for full-text-only, a pydantic-ai
         embedding model string or `Embedder`. `types`: extra memory types (MemoryRecord
         subclasses). `model`: the serving model's name, which picks the token encoding.
+        `backend`: what reflection, conflict judgement and `agent` ask of a model
+        (`memos.model_backend.ModelBackend`); None: memos' pydantic-ai agents, loaded on first use.
         """
         if not isinstance(uri, str | Path) or not str(uri):
             raise ConfigError(f"uri must be a directory path or a LanceDB URI string, got {uri!r}")
@@ -140,7 +156,7 @@ class MemoryOS:
         storage = await open_storage(str(uri), list(registry.values()), resolved, storage_options)
         key_file = Path(vault_key_file) if vault_key_file else None
         return cls(storage, resolved if storage.embedder_name else None, registry, tokenizer_for(model),
-                   clock or _default_clock, ranking or RankingPolicy(), key_file)
+                   clock or _default_clock, ranking or RankingPolicy(), key_file, backend)
 
     # --- types and scopes ----------------------------------------------------------------
 
@@ -161,7 +177,7 @@ class MemoryOS:
         return next(name for name, record_type in self.types.items() if record_type.holds_turns)
 
     @property
-    def graph(self) -> Any:
+    def graph(self) -> EntityGraph:
         """The entity graph of this memory (`memos.graph.entities.EntityGraph`): entities, relations, links."""
         from memos.graph.entities import EntityGraph
 
@@ -180,7 +196,7 @@ class MemoryOS:
 
     # --- writes --------------------------------------------------------------------------
 
-    async def add(self, scope: Scope, records: MemoryRecord | Iterable[MemoryRecord], *, actor: str = "user") -> list[MemoryRecord]:
+    async def add(self, scope: Scope, records: R | Iterable[R], *, actor: str = "user") -> list[R]:
         """Store one or many records in `scope` (embedded and indexed in batches); returns them.
 
         A record's id must not be used by any other record in the database (`DuplicateIdError`);
@@ -188,8 +204,7 @@ class MemoryOS:
         other fields (`InvalidRecordError`)."""
         return await self._add(scope, records, actor=actor)
 
-    async def _add(self, scope: Scope, records: MemoryRecord | Iterable[MemoryRecord], *, actor: str,
-                   behind: bool = False) -> list[MemoryRecord]:
+    async def _add(self, scope: Scope, records: R | Iterable[R], *, actor: str, behind: bool = False) -> list[R]:
         """`add`; `behind`: the records are journaled and queued with their history and shared-table
         rows, written to their tables a moment later (`memos.store.lancedb.write_behind`: a chat's turns); on a
         store without a journal their own rows commit at once and the rest is queued."""
@@ -201,7 +216,7 @@ class MemoryOS:
             check.check_secret_not_exposed(record, {f: getattr(record, f) for f in record.secret_fields})
         await self._check_ids_free(items)
         now = self.clock()
-        prepared: dict[str, list[MemoryRecord]] = {}
+        prepared: dict[str, list[R]] = {}
         for record in items:
             self.record_type(type(record))
             for field, value in scope.stamp().items():
@@ -244,6 +259,12 @@ class MemoryOS:
                 await self.vault.scrub_sources(scope, record, clear)
         return [self._redact(r) for group in prepared.values() for r in group]
 
+    @overload
+    async def update(self, scope: Scope, memory_type: type[R], record_id: str, changes: dict[str, Any], *,
+                     actor: str = "user") -> R: ...
+    @overload
+    async def update(self, scope: Scope, memory_type: str, record_id: str, changes: dict[str, Any], *,
+                     actor: str = "user") -> MemoryRecord: ...
     async def update(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str = "user") -> MemoryRecord:
         """Change fields of a record; returns the updated record.
 
@@ -271,7 +292,7 @@ class MemoryOS:
 
         return await self._optimistic(attempt)
 
-    async def supersede(self, scope: Scope, memory_type: TypeRef, old_id: str, new: MemoryRecord, *, actor: str = "user") -> MemoryRecord:
+    async def supersede(self, scope: Scope, memory_type: TypeRef, old_id: str, new: R, *, actor: str = "user") -> R:
         """Replace a record by a new one: the old closes its validity and links its successor."""
         check.check_scope(scope)
         check.check_record(new)
@@ -336,33 +357,14 @@ class MemoryOS:
 
     # --- reads ---------------------------------------------------------------------------
 
+    @overload
+    async def get(self, scope: Scope, memory_type: type[R], record_id: str) -> R: ...
+    @overload
+    async def get(self, scope: Scope, memory_type: str, record_id: str) -> MemoryRecord: ...
     async def get(self, scope: Scope, memory_type: TypeRef, record_id: str) -> MemoryRecord:
         """One record by id (RecordNotFoundError if it is not in this scope)."""
         check.check_scope(scope)
         return self._redact(await self._load(scope, memory_type, record_id))
-
-    async def list(
-        self,
-        scope: Scope,
-        memory_type: TypeRef,
-        *,
-        status: str | Sequence[str] | None = "active",
-        tags: list[str] | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int | None = 100,
-    ) -> list[MemoryRecord]:
-        """Records of one store in `scope`, oldest first by their time field."""
-        check.check_scope(scope)
-        record_type = self.record_type(memory_type)
-        statuses = check.check_statuses(status)
-        tags, since, until = check.check_tags(tags), check.check_time(since, "since"), check.check_time(until, "until")
-        limit = check.check_int(limit, "limit", low=0, high=2**31, optional=True)
-        where = Where(scope).status_in(statuses).tags_any(tags).time_range(record_type.time_field, since, until).build()
-        table = self.storage.type_table(record_type.memory_type)
-        rows = await self.storage.rows(record_type.memory_type, where)
-        records = sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))
-        return [self._redact(r) for r in (records[:limit] if limit is not None else records)]
 
     async def history(self, scope: Scope, record_id: str | None = None, *, limit: int | None = None) -> list[HistoryEntry]:
         """The audit trail of `scope` (or of one record in it), oldest first."""
@@ -393,8 +395,14 @@ class MemoryOS:
             self.reads.put(("count", name, scope, status), name, value, _count_added(scope, statuses), at=at[name])
         return known
 
+    @overload
+    async def list_in(self, scopes: Sequence[Scope], memory_type: type[R], *,
+                      status: str | Sequence[str] | None = "active", cached: bool = False) -> list[R]: ...
+    @overload
+    async def list_in(self, scopes: Sequence[Scope], memory_type: str, *,
+                      status: str | Sequence[str] | None = "active", cached: bool = False) -> list[MemoryRecord]: ...
     async def list_in(self, scopes: Sequence[Scope], memory_type: TypeRef, *,
-                      status: str | Sequence[str] | None = "active", cached: bool = False) -> list[MemoryRecord]:
+                      status: str | Sequence[str] | None = "active", cached: bool = False) -> list[Any]:
         """Records of one store in any of `scopes` (e.g. an agent's own core blocks and its user's
         shared ones), in one read, oldest first by their time field (`cached` as for `counts`)."""
         record_type = self.record_type(memory_type)
@@ -423,8 +431,14 @@ class MemoryOS:
 
     # --- for the kernel's own services (session, jobs, portability): public, so none reaches around
 
+    @overload
+    async def get_many(self, scope: Scope, memory_type: type[R], ids: Sequence[str], *,
+                       status: str | Sequence[str] | None = None) -> list[R]: ...
+    @overload
+    async def get_many(self, scope: Scope, memory_type: str, ids: Sequence[str], *,
+                       status: str | Sequence[str] | None = None) -> list[MemoryRecord]: ...
     async def get_many(self, scope: Scope, memory_type: TypeRef, ids: Sequence[str], *,
-                       status: str | Sequence[str] | None = None) -> list[MemoryRecord]:
+                       status: str | Sequence[str] | None = None) -> list[Any]:
         """Records by id in one read, in the order of `ids`; an id not in `scope` (or not of
         `status`) is left out."""
         if not ids:
@@ -720,31 +734,48 @@ class MemoryOS:
         return done
 
     def scheduler(self, *, model: Any = None, mode: str = "thread", jobs_url: str | None = None,
-                  clock: Callable[[], datetime] | None = None) -> Any:
+                  clock: Callable[[], datetime] | None = None) -> MemoryScheduler:
         """The background job scheduler of this store, run in this process (created and started on first call).
 
         Jobs persist in `<store>.jobs.sqlite`; add them per scope with
         `mem.scheduler().add("reflect", scope, every=timedelta(minutes=30))`. `model` is what
-        reflection and consolidation use (None: raw mode). `mode="manual"` runs nothing by itself:
-        call `run_due()` after moving the clock (tests). See `memos.jobs.scheduler`.
+        reflection and consolidation use (None: raw mode); the jobs it runs use this open memory.
+        `mode="manual"` runs nothing by itself: call `run_due()` after moving the clock (tests).
+        See `memos.jobs.scheduler`.
         """
-        current = getattr(self, "_scheduler", None)
+        from memos.jobs.scheduler import MemoryScheduler
+
+        current = self._scheduler
         if current is None or not current.running:
-            current = self._scheduler = opener("scheduler")(self, model=model, mode=mode, jobs_url=jobs_url,
-                                                            clock=clock or self.clock)
+            current = self._scheduler = MemoryScheduler(self.uri, jobs_url=jobs_url, clock=clock or self.clock, mode=mode,
+                                                        memory=self, model=model).start()
         return current
 
-    def agent(self, model: Any, scope: Scope | str, **options: Any) -> Any:
+    @property
+    def backend(self) -> ModelBackend:
+        """What reflection, conflict judgement and `agent` ask of a model: the backend given to
+        `open`, else `DEFAULT_BACKEND` (memos' pydantic-ai agents), resolved on first use by its
+        name, so `import memos` and raw mode never load pydantic-ai and nothing below the agents
+        imports them."""
+        if self._backend is None:
+            module, _, name = DEFAULT_BACKEND.partition(":")
+            self._backend = backend = getattr(importlib.import_module(module), name)()
+            return backend
+        return self._backend
+
+    def agent(self, model: Any, scope: Scope | str, **options: Any) -> MemoryAgent:
         """A ready chat agent (`memos.agents.chat.ChatAgent`) over `scope`: `await agent.chat("hi")` or `chat_sync`.
 
         `model` is any pydantic-ai model or model string; options: budget, manager_model,
         manage_every, approve, usage_limits, instructions. Its conversation resumes after a restart.
         """
-        return opener("agent")(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
+        return self.backend.chat_agent(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
 
-    async def session(self, scope: Scope, **options: Any) -> Any:
+    async def session(self, scope: Scope, **options: Any) -> MemorySession[MemoryOS]:
         """The working context of `scope` (`memos.context.session.MemorySession`), resumed from the store."""
-        return await opener("session")(self, check.check_scope(scope), **options)
+        from memos.context.session import MemorySession
+
+        return await MemorySession.open(self, check.check_scope(scope), **options)
 
     # --- internals -----------------------------------------------------------------------
 
@@ -878,6 +909,81 @@ class MemoryOS:
         rows = await self.storage.rows(name, Where().id_in(ids).build(), columns=["id", "vector"])
         by_id = {r["id"]: r["vector"] for r in rows}
         return [by_id.get(i) for i in ids]
+
+    # `list` comes last: below it, the class body's annotations would read `list` as this method
+    @overload
+    async def list(self, scope: Scope, memory_type: type[R], *, status: str | Sequence[str] | None = "active",
+                   tags: list[str] | None = None, since: datetime | None = None, until: datetime | None = None,
+                   limit: int | None = 100) -> list[R]: ...
+    @overload
+    async def list(self, scope: Scope, memory_type: str, *, status: str | Sequence[str] | None = "active",
+                   tags: list[str] | None = None, since: datetime | None = None, until: datetime | None = None,
+                   limit: int | None = 100) -> list[MemoryRecord]: ...
+    async def list(
+        self,
+        scope: Scope,
+        memory_type: TypeRef,
+        *,
+        status: str | Sequence[str] | None = "active",
+        tags: list[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = 100,
+    ) -> list[Any]:
+        """Records of one store in `scope`, oldest first by their time field."""
+        check.check_scope(scope)
+        record_type = self.record_type(memory_type)
+        statuses = check.check_statuses(status)
+        tags, since, until = check.check_tags(tags), check.check_time(since, "since"), check.check_time(until, "until")
+        limit = check.check_int(limit, "limit", low=0, high=2**31, optional=True)
+        where = Where(scope).status_in(statuses).tags_any(tags).time_range(record_type.time_field, since, until).build()
+        table = self.storage.type_table(record_type.memory_type)
+        rows = await self.storage.rows(record_type.memory_type, where)
+        records = sorted((table.to_record(r) for r in rows), key=lambda r: (r.event_time(), r.id))
+        return [self._redact(r) for r in (records[:limit] if limit is not None else records)]
+
+    # --- the synchronous twins (`memos._sync`) -------------------------------------------
+
+    open_sync = sync_classmethod_twin(open)
+    add_sync = sync_twin(add)
+    update_sync = sync_twin(update)
+    supersede_sync = sync_twin(supersede)
+    merge_into_sync = sync_twin(merge_into)
+    archive_sync = sync_twin(archive)
+    delete_sync = sync_twin(delete)
+    get_sync = sync_twin(get)
+    history_sync = sync_twin(history)
+    counts_sync = sync_twin(counts)
+    list_in_sync = sync_twin(list_in)
+    check_versions_sync = sync_twin(check_versions)
+    get_many_sync = sync_twin(get_many)
+    restamp_sync = sync_twin(restamp)
+    stored_vectors_sync = sync_twin(stored_vectors)
+    embed_documents_sync = sync_twin(embed_documents)
+    stored_in_sync = sync_twin(stored_in)
+    put_stored_sync = sync_twin(put_stored)
+    raw_history_sync = sync_twin(raw_history)
+    restore_history_sync = sync_twin(restore_history)
+    id_owners_sync = sync_twin(id_owners)
+    erase_sync = sync_twin(erase)
+    purge_sync = sync_twin(purge)
+    added_since_sync = sync_twin(added_since)
+    job_rows_sync = sync_twin(job_rows)
+    refresh_sync = sync_twin(refresh)
+    maintain_sync = sync_twin(maintain)
+    record_job_sync = sync_twin(record_job)
+    state_sync = sync_twin(state)
+    set_state_sync = sync_twin(set_state)
+    delete_state_sync = sync_twin(delete_state)
+    search_sync = sync_twin(search)
+    ingest_sync = sync_twin(ingest)
+    store_turns_sync = sync_twin(store_turns)
+    reindex_sync = sync_twin(reindex)
+    session_sync = sync_twin(session)
+    rotate_vault_key_sync = sync_twin(rotate_vault_key)
+    reveal_sync = sync_twin(reveal)
+    stored_sync = sync_twin(stored)
+    list_sync = sync_twin(list)
 
 
 def _check_store_list(value: object, what: str, kinds: Any) -> None:

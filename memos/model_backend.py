@@ -1,29 +1,27 @@
-"""What the kernel asks of a language model, as protocols, and where the implementation is registered.
+"""What the kernel asks of a language model, as protocols.
 
 The kernel never imports `memos.agents` (agents sit a floor above it; see the README's
 "Floors"). Where it needs a model -- a reflection, a judgement on two facts that may conflict,
-a chat agent for `MemoryOS.agent(...)` -- it asks the registered `ModelBackend`. The
-pydantic-ai implementation (`memos.agents.backend`) is registered by the package root
-(`memos/__init__.py`), lazily, so `import memos` does not load pydantic-ai; a test or an
-application may register another one.
+a chat agent for `MemoryOS.agent(...)` -- it asks the memory's `ModelBackend`: the one passed to
+`MemoryOS.open(..., backend=...)`, else the pydantic-ai one (`memos.agents.backend`), which
+`MemoryOS.backend` loads on first use, so `import memos` does not load pydantic-ai.
 
 The summarizer of paging is the same idea on a smaller scale: `memos.context.paging.Summarizer`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .exceptions import ConfigError
-
 if TYPE_CHECKING:  # annotations only: `import memos` (and `memos --help`) stays free of pydantic
-    from .memtypes import MemoryRecord
-
+    from memos.context.session import CompiledContext
     from memos.store.scope import Scope
 
-__all__ = ["ConflictDecision", "Insight", "ModelBackend", "model_backend", "opener", "provide", "register_backend"]
+    from .memtypes import MemoryRecord
+
+__all__ = ["AgentTurn", "ConflictDecision", "Insight", "MemoryAgent", "ModelBackend"]
 
 
 class Insight(Protocol):
@@ -48,6 +46,51 @@ class ConflictDecision(Protocol):
     reason: str
 
 
+class AgentTurn(Protocol):
+    """What a chat agent's last turn was: its reply and the context the model was shown."""
+
+    @property
+    def reply(self) -> str: ...
+
+    @property
+    def context(self) -> CompiledContext: ...
+
+    @property
+    def tool_calls(self) -> Sequence[str]:
+        """The memory tools the model called, in order."""
+        ...
+
+
+class MemoryAgent(Protocol):
+    """What `MemoryOS.agent(...)` returns: a chat agent over one scope whose memory pages itself
+    (`memos.agents.chat.ChatAgent` is the implementation; it sits a floor above, so it is named
+    here by what callers use of it)."""
+
+    @property
+    def scope(self) -> Scope: ...
+
+    @property
+    def last(self) -> AgentTurn | None:
+        """The newest turn (None before the first)."""
+        ...
+
+    async def chat(self, text: str) -> str:
+        """Answer `text`: the turn is stored, the context compiled, the model called."""
+        ...
+
+    def chat_sync(self, text: str) -> str:
+        """Synchronous form of `chat`."""
+        ...
+
+    async def flush(self) -> Sequence[Any]:
+        """Wait for the memory manager's pending work (run it now if it is due); its reports."""
+        ...
+
+    def flush_sync(self) -> Sequence[Any]:
+        """Synchronous form of `flush`."""
+        ...
+
+
 class ModelBackend(Protocol):
     """The model-backed work the kernel delegates; `model` is whatever the caller was given."""
 
@@ -60,53 +103,7 @@ class ModelBackend(Protocol):
         """One decision per (older, newer) pair of facts."""
         ...
 
-    def chat_agent(self, memory: Any, scope: Scope, model: Any, **options: Any) -> Any:
+    def chat_agent(self, memory: Any, scope: Scope, model: Any, **options: Any) -> MemoryAgent:
         """A chat agent over `scope` of `memory` (a `memos.memory.MemoryOS`, which sits above this
         module: named, not imported) -- what `MemoryOS.agent` returns."""
         ...
-
-
-_loader: Callable[[], ModelBackend] | None = None
-_backend: ModelBackend | None = None
-
-
-def register_backend(backend: ModelBackend | Callable[[], ModelBackend]) -> None:
-    """Make `backend` (or a function returning it, called on first use) the one the kernel asks."""
-    global _loader, _backend
-    if callable(backend) and not hasattr(backend, "reflect"):
-        _loader, _backend = backend, None
-    else:
-        _loader, _backend = None, backend  # type: ignore[assignment]
-
-
-def model_backend() -> ModelBackend:
-    """The registered backend; a clear error when none is."""
-    global _backend
-    if _backend is None and _loader is not None:
-        _backend = _loader()
-    if _backend is None:
-        raise ConfigError("no model backend is registered: install memos-memory with its agents "
-                          "(memos.agents) or call memos.model_backend.register_backend(...)")
-    return _backend
-
-
-_OPENERS: dict[str, Callable[..., Any]] = {}
-
-
-def provide(entry: str, opener: Callable[..., Any]) -> None:
-    """Register what `MemoryOS.session`, `MemoryOS.scheduler` or `MemoryOS.agent` opens.
-
-    The modules that provide them (`memos.context.session`, `memos.jobs.runs`, `memos.agents`) use the facade,
-    so the facade cannot import them without a circle; the package root registers them
-    (`memos/__init__.py`), and an application may register its own. This registry lives here,
-    not in the facade's module, so that registering costs no LanceDB import (`memos --help`)."""
-    if entry not in ("session", "scheduler", "agent"):
-        raise ConfigError(f"MemoryOS has no entry point {entry!r}; known: session, scheduler, agent")
-    _OPENERS[entry] = opener
-
-
-def opener(entry: str) -> Callable[..., Any]:
-    """What `provide` registered for `entry`."""
-    if entry not in _OPENERS:
-        raise ConfigError(f"nothing provides MemoryOS.{entry}(); `import memos` registers the defaults")
-    return _OPENERS[entry]

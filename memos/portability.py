@@ -21,10 +21,11 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from memos.store.scope import Scope
+
 from .crypto import VaultCipher
 from .exceptions import ConfigError, InvalidRecordError
 from .memtypes import new_id
-from memos.store.scope import Scope
 
 if TYPE_CHECKING:
     from .memory import MemoryOS

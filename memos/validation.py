@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .memtypes import MemoryRecord
+from memos.store.scope import Scope, validate_record_id, validate_value
 
 from .exceptions import DuplicateIdError, InvalidFilterError, InvalidRecordError
-from memos.store.scope import Scope, validate_record_id, validate_value
+from .memtypes import MemoryRecord
 
 __all__ = [
     "IMMUTABLE_FIELDS",

@@ -12,8 +12,9 @@
    | 3 faces | the package root `memos` (its `__init__` wires the agents in), `memos.cli`, `memos.mcp.server`, `memos.serve`, `memos.bench`, `examples/` |
 
    What the kernel needs from a model is a protocol in the kernel (`memos.context.paging.Summarizer`,
-   `memos.model_backend`); the pydantic-ai implementations live in `memos.agents` and reach the
-   kernel through `memos.model_backend.register_backend`, called by the package root.
+   `memos.model_backend`); the pydantic-ai implementations live in `memos.agents` and are passed
+   in (`MemoryOS.open(..., backend=...)`) or named by the facade's default (`DEFAULT_BACKEND`, a
+   module path resolved on first use): no import of the agents runs up from below them.
 
 2. No module touches another module's underscore names: no `from x import _name` across
    modules, no `obj._name` on anything but `self` / `cls`. Private modules (`memos._sync`,
@@ -27,6 +28,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"memos": ROOT / "memos", "memos.agents": ROOT / "agents", "memos.memtypes": ROOT / "memtypes",
@@ -115,6 +118,25 @@ def test_every_import_points_down_or_sideways():
                 upward.append(f"{module.path.relative_to(ROOT)}:{line} ({FLOORS[own][0]}) imports {target} "
                               f"({FLOORS[floor_of(target)][0]})")
     assert not upward, "imports that go up a floor:\n" + "\n".join(upward)
+
+
+@pytest.mark.xfail(strict=True, reason="26 remain (graph.py, session.py, cli, bench); the typing work brings them to 5")
+def test_type_ignores_are_few_and_explained():
+    """At most 5 `# type: ignore` in the packages, each narrowed to an error code and followed
+    by its reason (`# type: ignore[code]  # why`)."""
+    found, unexplained = [], []
+    for module in modules():
+        if module.name.startswith("examples"):
+            continue
+        for number, line in enumerate(module.path.read_text().splitlines(), 1):
+            if "# type: ignore" in line:
+                where = f"{module.path.relative_to(ROOT)}:{number}"
+                found.append(where)
+                rest = line.split("# type: ignore", 1)[1]
+                if not rest.startswith("[") or "#" not in rest.split("]", 1)[-1]:
+                    unexplained.append(where)
+    assert len(found) <= 5, f"{len(found)} type: ignore comments: {found}"
+    assert not unexplained, f"type: ignore without an error code and a reason: {unexplained}"
 
 
 def test_readme_states_the_same_floors():

@@ -29,6 +29,7 @@ from memos.exceptions import ConfigError
 from memos.memory import MemoryOS
 from memos.retrieval.packing import render_hits
 from memos.store.scope import Scope
+
 from ._stats import percentiles
 from .locomo import Conversation, load_locomo
 

@@ -24,12 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memos.memtypes import CoreBlock, Episode, Fact, MemoryRecord, Procedure, Resource, VaultItem
-
 from memos.embeddings import TextEmbedder, local_embedder
-from memos.store.lancedb.maintenance import maintain
 from memos.memory import MemoryOS
+from memos.memtypes import (
+    CoreBlock,
+    Episode,
+    Fact,
+    MemoryRecord,
+    Procedure,
+    Resource,
+    VaultItem,
+)
+from memos.store.lancedb.maintenance import maintain
 from memos.store.scope import Scope
+
 from ._stats import peak_rss_mb, percentiles
 
 __all__ = ["HashedTokens", "bench_embedder", "make_records", "open_bench_store", "random_sentence", "run_scale_bench"]

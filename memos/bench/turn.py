@@ -23,11 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memos.context.session import MemorySession
 from memos.store.lancedb._malloc import freeze_startup_objects
 from memos.store.scope import Scope
-from memos.context.session import MemorySession
+
 from ._stats import peak_rss_mb, percentiles
-from .scale import USERS, random_sentence, bench_embedder, open_bench_store
+from .scale import USERS, bench_embedder, open_bench_store, random_sentence
 
 __all__ = ["run_turn_bench"]
 

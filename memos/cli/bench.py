@@ -9,6 +9,7 @@ import typer
 from rich.progress import Progress
 
 from memos._sync import run_sync
+
 from ._app import app, console, emit_json, fail, guarded
 
 bench_app = typer.Typer(help="Benchmarks (results as JSON).", no_args_is_help=True)

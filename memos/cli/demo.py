@@ -10,9 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memos.store.lancedb._malloc import freeze_startup_objects
 from memos._sync import run_sync
+from memos.store.lancedb._malloc import freeze_startup_objects
 from memos.store.scope import Scope
+
 from ._app import DbOption, JsonOption, UserOption, app, emit_json, fail, guarded
 
 if TYPE_CHECKING:

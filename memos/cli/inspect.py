@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from typing import TYPE_CHECKING
-
 from memos._sync import run_sync
 from memos.store.scope import Scope
-from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded, open_existing
+
+from ._app import (
+    DbOption,
+    JsonOption,
+    UserOption,
+    app,
+    console,
+    embedder_choice,
+    emit_json,
+    fail,
+    guarded,
+    open_existing,
+)
 from .jobs import inspect_app
 
 if TYPE_CHECKING:
     from memos.memory import MemoryOS
-    from memos.context.session import MemorySession
 
 out = Console()
 AgentOpt = Annotated[str | None, typer.Option(help="Agent id of the scope.")]
@@ -122,7 +131,7 @@ def context(
 ) -> None:
     """The compiled context of a scope, with a token bar per section."""
     memory = _open(db, embedder)
-    sess: MemorySession = memory.session_sync(Scope(user, agent, session), budget=budget)
+    sess = memory.session_sync(Scope(user, agent, session), budget=budget)
     if not sess.context and not message:
         fail(f"session {session!r} of user {user!r} and agent {agent!r} has no turns yet; pass --message to compile for one")
     ctx = run_sync(sess.preview(message) if message else sess.compile())

@@ -11,9 +11,9 @@ Errors are `CoreMemoryError`s whose message can be handed to a model verbatim.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from memos.exceptions import (
     BlockLimitError,
@@ -21,13 +21,25 @@ from memos.exceptions import (
     TextNotFoundError,
     UnknownBlockError,
 )
-from memos.memtypes import CoreBlock
+from memos.memtypes import CoreBlock, MemoryRecord
 from memos.store.scope import Scope
 
-if TYPE_CHECKING:
-    from memos.memory import MemoryOS
+R = TypeVar("R", bound=MemoryRecord)
 
-__all__ = ["BlockSpec", "CoreMemory", "DEFAULT_BLOCKS"]
+
+class CoreHost(Protocol):
+    """What core memory needs of the memory its blocks live in (`memos.memory.MemoryOS` is one;
+    it sits above this module, so it is described here, not imported)."""
+
+    async def add(self, scope: Scope, records: R | Iterable[R], *, actor: str = ...) -> list[R]: ...
+
+    async def list_in(self, scopes: Sequence[Scope], memory_type: type[R], *,
+                      status: str | Sequence[str] | None = ..., cached: bool = ...) -> list[R]: ...
+
+    async def supersede(self, scope: Scope, memory_type: str | type[MemoryRecord], old_id: str, new: R, *,
+                        actor: str = ...) -> R: ...
+
+__all__ = ["BlockSpec", "CoreHost", "CoreMemory", "DEFAULT_BLOCKS"]
 
 SHARED_TAG = "shared"
 
@@ -57,7 +69,7 @@ DEFAULT_BLOCKS: tuple[BlockSpec, ...] = (
 class CoreMemory:
     """The core blocks of one agent of one user (plus the user's shared blocks)."""
 
-    def __init__(self, memory: MemoryOS, scope: Scope, *, defaults: Sequence[BlockSpec] = DEFAULT_BLOCKS) -> None:
+    def __init__(self, memory: CoreHost, scope: Scope, *, defaults: Sequence[BlockSpec] = DEFAULT_BLOCKS) -> None:
         self.memory = memory
         self.own_scope = Scope(scope.user_id, scope.agent_id or "", "")
         self.shared_scope = Scope(scope.user_id, "", "")
@@ -90,7 +102,7 @@ class CoreMemory:
         block = CoreBlock(label=label, block_description=description, value=value, limit=limit,
                           read_only=read_only, tags=[SHARED_TAG] if shared else [])
         [stored] = await self.memory.add(self.shared_scope if shared else self.own_scope, block, actor=actor)
-        return stored  # type: ignore[return-value]
+        return stored
 
     async def append(self, label: str, text: str, *, actor: str) -> CoreBlock:
         """Add `text` on a new line at the end of the block."""
@@ -153,4 +165,4 @@ class CoreMemory:
         successor = CoreBlock(label=block.label, block_description=block.block_description, value=value,
                               limit=block.limit, read_only=block.read_only, tags=block.tags,
                               importance=block.importance, source_ids=[block.id])
-        return await self.memory.supersede(scope, CoreBlock, block.id, successor, actor=actor)  # type: ignore[return-value]
+        return await self.memory.supersede(scope, CoreBlock, block.id, successor, actor=actor)

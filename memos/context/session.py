@@ -17,30 +17,32 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from memos import prompts
-from memos._sync import with_sync_methods
+from memos._sync import check_sync_twins, sync_classmethod_twin, sync_twin
 from memos.exceptions import BudgetError, ConfigError
 from memos.ingest import Message
-from memos.memtypes import CoreBlock, Episode
+from memos.jobs.reflection_state import reflection_state
+from memos.memtypes import CoreBlock, Episode, MemoryRecord
 from memos.retrieval.packing import measure, render_hits
 from memos.retrieval.ranking import Hit
-from memos.store.read_cache import FORGET, KEEP
+from memos.store.read_cache import FORGET, KEEP, ReadCache
 from memos.store.scope import Scope
 from memos.telemetry import span
+from memos.tokens import Tokenizer
 
-from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreMemory
+from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreHost, CoreMemory
 from .paging import ExtractiveSummarizer, Summarizer, newest_lines
 from .window import BudgetPolicy, StepInputs, plan_step, render_system_prompt
 
 if TYPE_CHECKING:
-    from memos.memory import MemoryOS
+    from memos.store.protocol import Store
 
-__all__ = ["CompiledContext", "MemorySession", "Role", "section_frames"]
+__all__ = ["CompiledContext", "MemorySession", "Role", "SessionMemory", "section_frames"]
 
 Role = Literal["user", "assistant"]
 _ROLE_TAG = "role:"
@@ -78,11 +80,60 @@ class CompiledContext:
         return "assistant" if f"{_ROLE_TAG}assistant" in turn.tags else "user"
 
 
-@with_sync_methods
-class MemorySession:
-    """The working context of one scope (see the module docstring)."""
+R = TypeVar("R", bound=MemoryRecord)
 
-    def __init__(self, memory: MemoryOS, scope: Scope, *, budget: BudgetPolicy, summarizer: Summarizer,
+
+class SessionMemory(CoreHost, Protocol):
+    """What a session needs of the memory it works on (`memos.memory.MemoryOS` is one; the facade
+    opens sessions, so it is described here, not imported)."""
+
+    storage: Store
+    tokenizer: Tokenizer
+    clock: Callable[[], datetime]
+
+    @property
+    def turn_type(self) -> str: ...
+
+    @property
+    def reads(self) -> ReadCache: ...
+
+    async def check_versions(self) -> None: ...
+
+    async def counts(self, scope: Scope, *, status: str | None = ..., cached: bool = ...) -> dict[str, int]: ...
+
+    async def search(self, query: str, scope: Scope, types: Sequence[str] | None = ..., k: int = ..., *,
+                     since: datetime | None = ..., until: datetime | None = ..., replies: bool = ...,
+                     empty: Sequence[str] = ..., exclude: Collection[str] = ...) -> list[Hit]: ...
+
+    def draw_ids(self, n: int) -> list[str]: ...
+
+    def turn_episodes(self, scope: Scope, messages: Iterable[Message | dict[str, Any]], *,
+                      previous: Episode | None = ..., ids: Sequence[str | None] = ...) -> list[Episode]: ...
+
+    async def store_turns(self, scope: Scope, episodes: Sequence[Episode], *, actor: str = ...,
+                          behind: bool = ...) -> list[Episode]: ...
+
+    async def get_many(self, scope: Scope, memory_type: type[R], ids: Sequence[str], *,
+                       status: str | Sequence[str] | None = ...) -> list[R]: ...
+
+    async def state(self, *, cached: bool = ...) -> dict[str, str]: ...
+
+    async def set_state(self, key: str, value: str, *, behind: bool = ...) -> None: ...
+
+    # last: below it, this body's annotations would read `list` as the method
+    async def list(self, scope: Scope, memory_type: type[R], *, since: datetime | None = ...,
+                   until: datetime | None = ..., limit: int | None = ...) -> list[R]: ...
+
+
+M = TypeVar("M", bound=SessionMemory)
+
+
+@check_sync_twins
+class MemorySession(Generic[M]):
+    """The working context of one scope (see the module docstring); `memory` is the memory it
+    was opened on (a `MemoryOS`)."""
+
+    def __init__(self, memory: M, scope: Scope, *, budget: BudgetPolicy, summarizer: Summarizer,
                  instructions: str, core: CoreMemory, retrieval_k: int) -> None:
         self.memory = memory
         self.scope = scope
@@ -111,7 +162,7 @@ class MemorySession:
     @classmethod
     async def open(
         cls,
-        memory: MemoryOS,
+        memory: M,
         scope: Scope,
         *,
         model_name: str | None = None,
@@ -120,7 +171,7 @@ class MemorySession:
         instructions: str | None = None,
         core_blocks: Sequence[BlockSpec] = DEFAULT_BLOCKS,
         retrieval_k: int = 30,
-    ) -> MemorySession:
+    ) -> MemorySession[M]:
         """Open (or resume) the working context of `scope`; a scope without a session id uses "default"."""
         if scope.session_id is None:
             scope = Scope(scope.user_id, scope.agent_id or "", "default")
@@ -333,7 +384,7 @@ class MemorySession:
         if query:
             hits = await self.memory.search(query, self.retrieval_scope, types=[self.memory.turn_type], k=limit, since=since, until=until)
             return [h.record for h in hits]  # type: ignore[misc]
-        episodes = await self.memory.list(self.retrieval_scope, self.memory.turn_type, since=since, until=until, limit=None)
+        episodes = await self.memory.list(self.retrieval_scope, Episode, since=since, until=until, limit=None)
         return episodes[-limit:]  # type: ignore[return-value]
 
     # --- internals -----------------------------------------------------------------------
@@ -365,10 +416,6 @@ class MemorySession:
             await self._refresh_context()
 
     async def _last_reflection(self) -> datetime | None:
-        from memos.jobs.runs import (
-            reflection_state,  # floor 3 reads the scheduler's record of it
-        )
-
         meta = await self.memory.state(cached=True)
         for scope in (self.scope, self.retrieval_scope, Scope(self.scope.user_id)):
             state = await reflection_state(self.memory, scope, meta)
@@ -458,7 +505,7 @@ class MemorySession:
         return ("session-context", self._state_key)
 
     async def _load_turns(self, ids: list[str]) -> list[Episode]:
-        return await self.memory.get_many(self.scope, self.memory.turn_type, ids)  # type: ignore[return-value]
+        return await self.memory.get_many(self.scope, Episode, ids)
 
     async def _load_state(self) -> None:
         raw = (await self.memory.state()).get(self._state_key)
@@ -472,6 +519,13 @@ class MemorySession:
         named = [*state.get("context", []), *state.get("next", [])]
         self.context = await self._load_turns([i for i in named if isinstance(i, str)])
 
+
+    open_sync = sync_classmethod_twin(open)
+    record_turn_sync = sync_twin(record_turn)
+    step_sync = sync_twin(step)
+    compile_sync = sync_twin(compile)
+    conversation_search_sync = sync_twin(conversation_search)
+    preview_sync = sync_twin(preview)
 
 def _newest_part(summary: str, tokens: int, count: Callable[[str], int]) -> str:
     """The newest lines of `summary` that fit in `tokens` (summaries grow at the end)."""

@@ -13,9 +13,9 @@ twice within `debounce`. Its state (the last reflection time) is the meta key
 `reflection:<user>:<agent>:<session>` (see `reflection_state`). Without a model (raw mode)
 reflection is skipped and the result says so.
 
-`run_scheduled_job` is the module-level function the persistent job store references: it finds
-the live `MemoryOS` registered for the URI in this process (`register_live`, done by
-`MemoryOS.scheduler()`), or opens the store itself (the `memos worker` process).
+`run_scheduled_job` is the module-level function the persistent job store references: it runs
+on the `MemoryOS` the scheduler was opened with (`MemoryOS.scheduler()`, `memos worker`), or
+opens the store itself.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from memos._sync import run_sync
 from memos.exceptions import ConfigError, MemosError
 from memos.memtypes import Fact, MemoryRecord, Procedure
-from memos.model_backend import model_backend
 from memos.store.lancedb.errors import is_conflict
 from memos.store.scope import Scope
 from memos.telemetry import span
@@ -45,12 +44,14 @@ from .consolidation import (
     plan_consolidation,
 )
 from .decay import DecayPolicy, apply_decay
+from .reflection_state import reflection_key, reflection_state, scope_key
 
 if TYPE_CHECKING:
     from memos.memory import MemoryOS
+    from memos.model_backend import ModelBackend
     from memos.store.protocol import Store
 
-    from .scheduler import MemoryScheduler
+    from .scheduler import LiveStore
 
 __all__ = [
     "ReflectionPolicy",
@@ -58,15 +59,12 @@ __all__ = [
     "decay",
     "job_history",
     "maintain_tables",
-    "open_scheduler",
     "reflect",
     "reflection_state",
     "refresh_tables",
-    "register_live",
     "run_job",
     "run_scheduled_job",
     "should_reflect",
-    "unregister_live",
 ]
 
 log = logging.getLogger("memos.jobs.runs")
@@ -100,20 +98,6 @@ def should_reflect(accumulated: float, new_episodes: int, last_at: datetime | No
     return False, f"importance {accumulated:.2f} below threshold {policy.threshold}"
 
 
-def _scope_key(scope: Scope) -> str:
-    return ":".join([scope.user_id, scope.agent_id or "*", scope.session_id or "*"])
-
-
-async def reflection_state(memory: MemoryOS, scope: Scope, meta: dict[str, str] | None = None) -> dict[str, Any]:
-    """{"last_at": datetime | None, ...} of the scope's last reflection (meta key `reflection:<scope>`).
-
-    Pass `meta` (from `MemoryOS.state()`) to look up several scopes with one read."""
-    raw = (meta if meta is not None else await memory.state()).get(f"reflection:{_scope_key(scope)}")
-    state = json.loads(raw) if raw else {}
-    state["last_at"] = datetime.fromisoformat(state["last_at"]) if state.get("last_at") else None
-    return state
-
-
 async def _new_episodes(memory: MemoryOS, scope: Scope, since: datetime | None) -> list[MemoryRecord]:
     return await memory.added_since(scope, memory.turn_type, since)
 
@@ -132,7 +116,7 @@ async def reflect(memory: MemoryOS, scope: Scope, *, model: Any = None, policy: 
     if not (due or (force and episodes)):
         return {**result, "skipped": why}
     shown = episodes[-policy.max_episodes:]
-    insights = await model_backend().reflect(model, shown, now=now)
+    insights = await memory.backend.reflect(model, shown, now=now)
     records: list[MemoryRecord] = []
     for insight in insights:
         common = {"summary": insight.summary, "importance": insight.importance, "source_ids": list(insight.source_ids),
@@ -143,7 +127,7 @@ async def reflect(memory: MemoryOS, scope: Scope, *, model: Any = None, policy: 
             records.append(Fact(subject=insight.subject or scope.user_id, source="reflection", valid_from=now, **common))
     if records:
         await memory.add(scope, records, actor="reflection")
-    await memory.set_state(f"reflection:{_scope_key(scope)}", json.dumps({
+    await memory.set_state(reflection_key(scope), json.dumps({
         "last_at": now.isoformat(), "episodes": len(shown), "importance": accumulated, "insights": len(records)}))
     return {**result, "reason": why if due else "forced", "insights": len(records),
             "facts": sum(isinstance(r, Fact) for r in records), "procedures": sum(isinstance(r, Procedure) for r in records),
@@ -162,7 +146,7 @@ async def consolidate(memory: MemoryOS, scope: Scope, *, model: Any = None, type
         plan = plan_consolidation(name, records, await memory.stored_vectors(scope, name), similarity=similarity,
                                   contradictions=model is None)
         if model is not None and memory.types[name].supersede_contradictions:
-            plan = await _model_contradictions(model, plan, records, memory.clock())
+            plan = await _model_contradictions(memory.backend, model, plan, records, memory.clock())
         done = await apply_plan(memory, scope, plan)
         totals["by_type"][name] = done
         for key in ("merged", "superseded", "skipped"):
@@ -173,7 +157,7 @@ async def consolidate(memory: MemoryOS, scope: Scope, *, model: Any = None, type
     return totals
 
 
-async def _model_contradictions(model: Any, plan: ConsolidationPlan, records: list[MemoryRecord], now: datetime) -> ConsolidationPlan:
+async def _model_contradictions(backend: ModelBackend, model: Any, plan: ConsolidationPlan, records: list[MemoryRecord], now: datetime) -> ConsolidationPlan:
     """Ask the consolidation agent about facts sharing a subject; keep its supersede/update decisions."""
     merged = {i for m in plan.merges for i in m.merged_ids}
     by_subject: dict[str, list[MemoryRecord]] = {}
@@ -187,7 +171,7 @@ async def _model_contradictions(model: Any, plan: ConsolidationPlan, records: li
     if not pairs:
         return plan
     by_id = {r.id: r for r in records}
-    for decision in await model_backend().decide_conflicts(model, pairs[:40], now=now):
+    for decision in await backend.decide_conflicts(model, pairs[:40], now=now):
         old, new = by_id.get(decision.old_id), by_id.get(decision.new_id)
         if old is None or new is None:
             continue
@@ -286,51 +270,26 @@ async def job_history(memory: MemoryOS, scope: Scope | None = None, *, kind: str
 
 # --- how a scheduled job finds its store ---------------------------------------------------------
 
-_LIVE: dict[str, tuple[Any, Any]] = {}
-_OPENED: dict[tuple[str, str | None], Any] = {}
-
-
-def open_scheduler(memory: MemoryOS, *, model: Any = None, mode: str = "thread", jobs_url: str | None = None,
-                   clock: Any = None) -> MemoryScheduler:
-    """What `MemoryOS.scheduler()` opens: the store's job scheduler, started, with `memory` (and
-    `model`) registered for the jobs it runs in this process."""
-    from .scheduler import MemoryScheduler
-
-    register_live(memory, model)
-    return MemoryScheduler(memory.uri, jobs_url=jobs_url, clock=clock or memory.clock, mode=mode).start()
-
-
-def register_live(memory: MemoryOS, model: Any = None) -> None:
-    """Let scheduled jobs for `memory`'s URI use this open instance (and model) instead of opening the store."""
-    from .scheduler import canonical_uri
-
-    _LIVE[canonical_uri(memory.uri)] = (memory, model)
-
-
-def unregister_live(memory: MemoryOS) -> None:
-    """Undo `register_live` (when the worker or the in-process scheduler stops)."""
-    from .scheduler import canonical_uri
-
-    key = canonical_uri(memory.uri)
-    if _LIVE.get(key, (None,))[0] is memory:
-        del _LIVE[key]
-
-
 def run_scheduled_job(kind: str, uri: str, user_id: str, agent_id: str | None, session_id: str | None,
-                      options: dict[str, Any]) -> dict[str, Any]:
-    """The job store's entry point (plain, picklable arguments; runs in a scheduler thread)."""
-    scope = Scope(user_id, agent_id, session_id)
-    live = _LIVE.get(uri)
-    if live is not None:
-        memory, model = live
-        model = model if model is not None else options.get("model")
-    else:
-        from memos.memory import MemoryOS
+                      options: dict[str, Any], *, live: LiveStore | None = None) -> dict[str, Any]:
+    """The job store's entry point (plain, picklable arguments; runs in a scheduler thread).
 
+    `live`: what the scheduler running it holds (`memos.jobs.scheduler.LiveStore`): the open memory
+    (and model) it was given, else the stores it opened for its jobs so far; without it (a call
+    by hand) the store is opened for this run."""
+    from memos.memory import MemoryOS
+
+    scope = Scope(user_id, agent_id, session_id)
+    model = options.get("model")
+    if live is not None and live.memory is not None:
+        memory, model = live.memory, live.model if live.model is not None else model
+    else:
         embedder = options.get("embedder", "local")
-        key = (uri, embedder)
-        if key not in _OPENED:
-            _OPENED[key] = MemoryOS.open_sync(uri, embedder=embedder)
-        memory, model = _OPENED[key], options.get("model")
+        opened = live.opened if live is not None else {}
+        if embedder not in opened:
+            opened[embedder] = MemoryOS.open_sync(uri, embedder=embedder)
+        memory = opened[embedder]
+    if not isinstance(memory, MemoryOS):
+        raise ConfigError(f"a scheduler's memory must be a MemoryOS, got {type(memory).__name__}")
     outcome = run_sync(run_job(memory, kind, scope, model=model, options=options))
-    return {"job_id": f"{kind}:{_scope_key(scope)}", **outcome}
+    return {"job_id": f"{kind}:{scope_key(scope)}", **outcome}

@@ -9,7 +9,8 @@ never dropped as "too late").
 
 Jobs reference the importable `memos.jobs.runs:run_scheduled_job` with plain arguments (kind, db
 URI, scope ids, an options dict), which is what lets `memos worker` run them in another
-process. Run the scheduler either in-process (`MemoryOS.scheduler()`) or in a worker for a
+process; a scheduler hands each run what it holds (`LiveStore`: the open memory and model it
+was given, or the stores its runs opened), never a process-wide registry. Run the scheduler either in-process (`MemoryOS.scheduler()`) or in a worker for a
 given store, not both at once: APScheduler 3 does not lock jobs across processes.
 
 APScheduler 3 reads the wall clock itself; `ClockedScheduler` replaces every such read with
@@ -23,7 +24,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from memos.exceptions import ConfigError
 from memos.store.scope import Scope
 
-__all__ = ["JOB_KINDS", "JobInfo", "MemoryScheduler", "canonical_uri", "default_jobs_url", "job_id"]
+__all__ = ["JOB_KINDS", "JobInfo", "LiveStore", "MemoryScheduler", "canonical_uri", "default_jobs_url", "job_id"]
 
 log = logging.getLogger("memos.jobs.scheduler")
 
@@ -112,6 +113,21 @@ class JobInfo:
                 "paused": self.paused, "options": self.options}
 
 
+@dataclass
+class LiveStore:
+    """What a scheduler hands each job it runs (`memos.jobs.runs.run_scheduled_job`).
+
+    `memory` is a `memos.memory.MemoryOS`, which opens schedulers and so sits above this module:
+    carried here, not imported."""
+
+    memory: Any = None
+    """The open memory the jobs run on (`MemoryOS.scheduler()`, `memos worker`); None: they open the store."""
+    model: Any = None
+    """What reflection and consolidation use (None: the job's own `model` option, else raw mode)."""
+    opened: dict[str | None, Any] = field(default_factory=dict)
+    """Stores this scheduler's jobs opened, by embedder (when `memory` is None)."""
+
+
 # --- the clock-aware APScheduler pieces ------------------------------------------------------
 
 
@@ -125,7 +141,7 @@ def _run_job(scheduler: _ClockedMixin, job: Any, run_times: list[datetime], logg
             logger.warning("run of job %s at %s was missed by %s", job.id, run_time, late)
             continue
         try:
-            retval = job.func(*job.args, **job.kwargs)
+            retval = job.func(*job.args, **job.kwargs, live=scheduler.live)
         except Exception as exc:  # the job failed: reported as an APScheduler error event, not swallowed
             logger.exception("job %s raised", job.id)
             events.append(JobExecutionEvent(EVENT_JOB_ERROR, job.id, job._jobstore_alias, run_time, exception=exc,
@@ -189,6 +205,7 @@ class _ClockedMixin:
     """Every "now" APScheduler needs comes from `self.clock` (an injected callable)."""
 
     clock: Callable[[], datetime]
+    live: LiveStore
 
     def now(self) -> datetime:
         value = self.clock()
@@ -263,6 +280,8 @@ class MemoryScheduler:
 
     `mode="manual"` runs nothing by itself: call `run_due()` (after moving the clock).
     `mode="thread"` runs due jobs on a background thread (real deployments, `memos worker`).
+    `memory` (a `MemoryOS` of this store) and `model`: what the jobs run with; without a
+    memory, the first job opens the store and the later ones reuse it.
     """
 
     def __init__(
@@ -273,6 +292,8 @@ class MemoryScheduler:
         clock: Callable[[], datetime] | None = None,
         mode: str = "thread",
         max_workers: int = 4,
+        memory: Any = None,
+        model: Any = None,
     ) -> None:
         if mode not in ("thread", "manual"):
             raise ConfigError(f"scheduler mode must be 'thread' or 'manual', got {mode!r}")
@@ -284,6 +305,7 @@ class MemoryScheduler:
         cls = _ManualScheduler if mode == "manual" else _ThreadedScheduler
         self._aps = cls(timezone=UTC)
         self._aps.clock = clock or (lambda: datetime.now(UTC))
+        self._aps.live = LiveStore(memory, model)
         executor = _InlineExecutor() if mode == "manual" else _ThreadExecutor(max_workers)
         self._aps.configure(jobstores={"default": SQLAlchemyJobStore(url=self.jobs_url)},
                             executors={"default": executor})

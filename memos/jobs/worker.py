@@ -41,13 +41,12 @@ def run_worker(
     """
     from memos.memory import MemoryOS
 
-    from .runs import register_live, unregister_live
     from .scheduler import MemoryScheduler
 
     stop = stop or threading.Event()
     memory = MemoryOS.open_sync(uri, embedder=embedder)
-    register_live(memory, model)
-    scheduler = MemoryScheduler(memory.storage.uri, jobs_url=jobs_url, mode="thread", max_workers=max_workers)
+    scheduler = MemoryScheduler(memory.storage.uri, jobs_url=jobs_url, mode="thread", max_workers=max_workers,
+                                memory=memory, model=model)
     runs: list[dict[str, Any]] = []
     scheduler.add_listener(lambda event: runs.append({"job": event.job_id}), _executed_mask())
     if threading.current_thread() is threading.main_thread():
@@ -64,7 +63,6 @@ def run_worker(
             stop.wait(min(0.2, remaining) if remaining is not None else 0.2)
     finally:
         scheduler.shutdown(wait=True)
-        unregister_live(memory)
     return {"runs": len(runs)}
 
 

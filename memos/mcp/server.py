@@ -18,9 +18,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic_ai import ModelRetry
 
+from memos.context.session import MemorySession
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
-from memos.context.session import MemorySession
 
 __all__ = ["EXPOSED_TOOLS", "build_server", "serve"]
 

@@ -19,12 +19,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memos.context.core_memory import CoreMemory
+from memos.context.session import MemorySession
 from memos.memory import MemoryOS
 from memos.portability import export_scope, forget_user
 from memos.retrieval.ranking import Hit
 from memos.store.scope import Scope
-from memos.context.session import MemorySession
-from .deps import CallerDep, Caller
+
+from .deps import Caller, CallerDep
 from .errors import ApiError
 from .tenancy import check_admin
 
@@ -233,8 +234,9 @@ async def _chat_events(turn: Any) -> AsyncIterator[str]:
         yield f"event: error\ndata: {json.dumps({'type': exc.kind, 'message': exc.message})}\n\n"
         return
     except Exception as exc:  # the stream has begun: the error goes out as an event, logged in full here
-        from .errors import log, status_of
         from memos.exceptions import MemosError
+
+        from .errors import log, status_of
 
         kind, message = ("internal", "the chat turn failed; it is logged on the server")
         if isinstance(exc, MemosError):

@@ -13,9 +13,10 @@ from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
 
 from memos.context.session import MemorySession
+
+from ._routes_memory import record_json
 from .deps import CallerDep
 from .events import sse_lines
-from ._routes_memory import record_json
 
 __all__ = ["GRAPH_TYPES", "STATIC", "router"]
 

@@ -12,7 +12,8 @@ import json
 from typing import Any
 
 from fastapi import FastAPI, Request
-from starlette.types import ASGIApp, Message, Receive, Scope as AsgiScope, Send
+from starlette.types import ASGIApp, Message, Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from .deps import Caller, ServeConfig, ServerState, get_caller, get_state, require_admin
 from .errors import ApiError, error_body, install_error_handlers

@@ -14,6 +14,7 @@ from fastapi import Depends, Request
 
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
+
 from .errors import ApiError
 from .events import EventBus
 from .tenancy import ApiKey, Tenants, check_admin

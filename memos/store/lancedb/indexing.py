@@ -17,7 +17,6 @@ from typing import Any
 
 from lancedb.index import Bitmap, BTree
 
-from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 from .purge import vector_index
 from .search_index import SEARCH_TABLE
 from .storage import Storage

@@ -19,7 +19,6 @@ from memos.store.fulltext import FORM, MARK, has_cjk, index_form
 from memos.store.history import HISTORY_SCHEMA
 from memos.store.schema import VECTOR_COLUMN, arrow_schema, json_columns
 
-from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 from .errors import brief, storage_error
 from .lease import StoreLease, local_path
 from .replay import replay_journal

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from memos.embeddings import TextEmbedder
 from memos.store.schema import arrow_schema
 
-from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 from .errors import retry_conflicts
 from .storage import Storage, TypeTable
 from .text_index import text_index

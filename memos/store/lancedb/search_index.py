@@ -41,7 +41,6 @@ from memos.store.protocol import EVENT_TIME, RECORD
 from memos.store.schema import VECTOR_COLUMN, arrow_schema, arrow_table
 from memos.store.scope import sql_in, sql_string
 
-from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 from .text_index import text_index
 
 T = TypeVar("T")

@@ -40,7 +40,6 @@ from memos.store.schema import (
 )
 from memos.store.scope import sql_in, sql_string
 
-from . import _lance  # noqa: F401  (before LanceDB: defers its REST client)
 from .compaction import HISTORY_COMPACT_EVERY, Compaction
 from .errors import journal_error, retry_conflicts, retrying
 from .journal import Journal

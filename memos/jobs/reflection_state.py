@@ -1,0 +1,41 @@
+"""Where reflection keeps its state: the meta key `reflection:<user>:<agent>:<session>` of a scope.
+
+Written by the reflection job (`memos.jobs.runs.reflect`), read there and by a session (which shows
+when memory last reflected); its own module so that the session reads it without the jobs.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Protocol
+
+from memos.store.scope import Scope
+
+__all__ = ["StateReader", "reflection_key", "reflection_state", "scope_key"]
+
+
+class StateReader(Protocol):
+    """A memory whose small key/value state can be read (`memos.memory.MemoryOS.state`)."""
+
+    async def state(self, *, cached: bool = ...) -> dict[str, str]: ...
+
+
+def scope_key(scope: Scope) -> str:
+    """`user:agent:session` ('*' for an id the scope leaves open)."""
+    return ":".join([scope.user_id, scope.agent_id or "*", scope.session_id or "*"])
+
+
+def reflection_key(scope: Scope) -> str:
+    """The meta key of `scope`'s reflection state."""
+    return f"reflection:{scope_key(scope)}"
+
+
+async def reflection_state(memory: StateReader, scope: Scope, meta: dict[str, str] | None = None) -> dict[str, Any]:
+    """{"last_at": datetime | None, ...} of the scope's last reflection (meta key `reflection:<scope>`).
+
+    Pass `meta` (from `MemoryOS.state()`) to look up several scopes with one read."""
+    raw = (meta if meta is not None else await memory.state()).get(reflection_key(scope))
+    state = json.loads(raw) if raw else {}
+    state["last_at"] = datetime.fromisoformat(state["last_at"]) if state.get("last_at") else None
+    return state
