@@ -2,7 +2,7 @@
 
 1. Dependencies point one way. Every module sits on a floor and may import only from its own
    floor or below. Every import counts: module-level, lazy (inside a function) and
-   `TYPE_CHECKING` ones. The floors are the ones the README's "Floors" section states:
+   `TYPE_CHECKING` ones. The floors are the ones docs/concepts.md's "Floors" section states:
 
    | floor | modules |
    |---|---|
@@ -140,14 +140,14 @@ def test_type_ignores_are_few_and_explained():
 
 
 def test_readme_states_the_same_floors():
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "concepts.md").read_text()
     section = readme.split("### Floors", 1)[1].split("\n#", 1)[0]
     for index, (name, prefixes) in enumerate(FLOORS):
         row = next((line for line in section.splitlines() if line.startswith(f"| {index} {name} |")), None)
-        assert row is not None, f"README floors table lacks the row for floor {index} ({name})"
+        assert row is not None, f"docs/concepts.md floors table lacks the row for floor {index} ({name})"
         for prefix in prefixes:
             shown = "every other `memos.*` module" if prefix == "memos.*" else f"`{prefix}`"
-            assert shown in row, f"README floor {index} does not name {shown}"
+            assert shown in row, f"docs/concepts.md floor {index} does not name {shown}"
 
 
 def _private(name: str) -> bool:

@@ -28,8 +28,8 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from memos.memtypes import MemoryRecord
-from memos.store.history import HistoryEntry
-from memos.store.read_cache import ReadCache
+from .history import HistoryEntry
+from .read_cache import ReadCache
 
 __all__ = ["EVENT_TIME", "RECORD", "RecordTable", "SharedIndex", "Store", "WriteQueue"]
 
