@@ -187,16 +187,21 @@ class MemoryOS(KernelServices):
 
     @overload
     async def update(self, scope: Scope, memory_type: type[R], record_id: str, changes: dict[str, Any], *,
-                     actor: str = "user") -> R: ...
+                     actor: str = "user", clearance: str = "high", approved_by: str | None = None) -> R: ...
     @overload
     async def update(self, scope: Scope, memory_type: str, record_id: str, changes: dict[str, Any], *,
-                     actor: str = "user") -> MemoryRecord: ...
-    async def update(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str = "user") -> MemoryRecord:
+                     actor: str = "user", clearance: str = "high", approved_by: str | None = None) -> MemoryRecord: ...
+    async def update(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str = "user",
+                     clearance: str = "high", approved_by: str | None = None) -> MemoryRecord:
         """Change fields of a record; returns the updated record.
 
         The write is conditional on the version read: if another writer (a job, another process)
         changed the record meanwhile, the changes are applied again to the fresh record; if it
-        was deleted, `RecordNotFoundError`. An update is never overwritten by a stale copy."""
+        was deleted, `RecordNotFoundError`. An update is never overwritten by a stale copy.
+
+        A vault item's secret and sensitivity change only within the caller's `clearance`, and
+        its sensitivity is lowered only with `approved_by`, as for `reveal` (`Vault.check_change`:
+        a refusal is audited and raises `VaultAccessError`)."""
         check.check_scope(scope)
         changes = check.check_changes(changes)
         validate_value(actor, "actor")
@@ -210,10 +215,11 @@ class MemoryOS(KernelServices):
         async def attempt() -> MemoryRecord:
             record = await self._load(scope, memory_type, record_id)
             revised = self._revalidate(record, {**changes, "updated_at": self.stamp(record)})
+            note = await self.vault.check_change(record, revised, changes, actor=actor, clearance=clearance, approved_by=approved_by)
             if record.secret_fields:
                 check.check_secret_not_exposed(revised, {f: self.vault.clear_value(revised, f, changes) for f in record.secret_fields})
             updated = self._seal(revised, fresh=set(changes))
-            await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record})
+            await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record}, note=note)
             return self._redact(updated)
 
         return await self._optimistic(attempt)
