@@ -21,6 +21,7 @@ from memos.jobs.merging import (
 from memos.retrieval.ranking import Hit, RankingPolicy
 from memos.retrieval.search import SearchRequest, search
 from memos.store.history import HistoryEntry
+from memos.store.lancedb.deletion import delete_record, finish_deletes
 from memos.store.lancedb.opening import open_storage
 from memos.store.lancedb.storage import Storage
 from memos.store.scope import Scope, Where, validate_record_id, validate_value
@@ -31,6 +32,7 @@ from .embeddings import TextEmbedder, resolve_embedder
 from .exceptions import (
     ConfigError,
     InvalidRecordError,
+    RecordNotFoundError,
     RecordChangedError,
     UnknownMemoryTypeError,
 )
@@ -135,6 +137,7 @@ class MemoryOS(KernelServices):
             registry[record_type.memory_type] = record_type
         resolved = await resolve_embedder(embedder)
         storage = await open_storage(str(uri), list(registry.values()), resolved, storage_options)
+        await finish_deletes(storage)  # a delete a stopped process cut short (memos.store.lancedb.deletion)
         key_file = Path(vault_key_file) if vault_key_file else None
         return cls(storage, resolved if storage.embedder_name else None, registry, tokenizer_for(model),
                    clock or _default_clock, ranking or RankingPolicy(), key_file, backend)
@@ -248,12 +251,15 @@ class MemoryOS(KernelServices):
         return added
 
     async def delete(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user") -> None:
-        """Delete a record for real, its history included (right to be forgotten)."""
+        """Delete a record for real, its history included (right to be forgotten).
+
+        Crash-safe (`memos.store.lancedb.deletion`): a delete cut short is finished by the next open, maintenance
+        or a retry, which succeeds while anything of the record is left in `scope`;
+        `RecordNotFoundError` once nothing is."""
         check.check_scope(scope)
-        record = await self._load(scope, memory_type, record_id)
-        where = Where(scope).id_in([record.id]).build()
-        await self.storage.delete_rows(record.memory_type, where)
-        await self.storage.delete_history(Where(scope).eq("record_id", record.id).build())
+        name = self.record_type(memory_type).memory_type
+        if not await delete_record(self.storage, scope, name, validate_record_id(record_id)):
+            raise RecordNotFoundError(f"no {name} record {record_id!r} in scope {scope}")
 
     # --- reads ---------------------------------------------------------------------------
 

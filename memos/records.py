@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from memos.retrieval.ranking import RankingPolicy
 from memos.store.history import history_row
+from memos.store.lancedb.deletion import finish_deletes
 from memos.store.lancedb.storage import Storage
 from memos.store.scope import Scope, Where, validate_record_id, validate_value
 
@@ -126,6 +127,8 @@ class RecordAccess:
         Ids left to `new_id()` are fresh uuid4s and are not looked up, so bulk ingest pays nothing."""
         explicit = [r.id for r in records if "id" in r.model_fields_set and r.id not in self._drawn]
         self._drawn.difference_update(r.id for r in records)
+        if explicit:  # an unfinished delete of the id ends first, so it cannot remove the new record later
+            await finish_deletes(self.storage, set(explicit))
         for start in range(0, len(explicit), 1000):
             chunk = explicit[start : start + 1000]
             for name in self.storage.memory_types():

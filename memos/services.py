@@ -306,7 +306,7 @@ class KernelServices(RecordAccess):
         """Compact every table and build the indexes it needs (`memos.store.lancedb.maintenance.maintain`)."""
         from memos.store.lancedb.maintenance import maintain
 
-        return await maintain(self.storage, min_rows=min_rows)
+        return await maintain(self.storage, min_rows=min_rows, now=self.clock())
 
     async def record_job(self, scope: Scope, kind: str, outcome: dict[str, Any], *, actor: str, note: str) -> None:
         """Append a background run's outcome to history (`op="job"`): what `memos inspect jobs` shows."""

@@ -13,7 +13,7 @@ informational ones should be 0:
 - resurrected: an acknowledged delete whose record is in a table, in history or in the search table;
 - orphaned_history: history rows of a record that is in no table (a delete removes its history);
 - without_history: a record with no creation row in history;
-- duplicate_history: a record with a repair row (`memos.audit`) for a creation or a change that has
+- duplicate_history: a record with a repair row (`memos.jobs.audit`) for a creation or a change that has
   its own row too (the repair ran while that row was still on its way);
 - lost_updates: a record whose `details` is neither its last acknowledged value nor a later tried one;
 - cross_agent: a record merged or superseded in favour of a record of another agent.
@@ -207,7 +207,7 @@ async def check_store(uri: str, ops: list[LedgerOp], *, embedder: Any = None) ->
     also the job runs the history holds (by kind, with their errors)."""
     from ..memory import MemoryOS
 
-    logger = logging.getLogger("memos.search_index")
+    logger = logging.getLogger("memos.store.lancedb.search_index")
     fixes = _Fixes()
     logger.addHandler(fixes)
     try:
