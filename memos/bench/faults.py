@@ -165,8 +165,8 @@ async def _killer(run: _Run, kills: int, began: float, seconds: float, rng: rand
 
 
 def _schedule_jobs(db: str, every: float, embedder: str) -> None:
-    from ..scheduler import MemoryScheduler
-    from ..scope import Scope
+    from memos.jobs.scheduler import MemoryScheduler
+    from memos.store.scope import Scope
 
     options: dict[str, Any] = {"embedder": None if embedder == "none" else embedder}
     with MemoryScheduler(db, mode="manual") as scheduler:
