@@ -209,7 +209,7 @@ class _Fixes(logging.Handler):
 async def check_store(uri: str, ops: list[LedgerOp], *, embedder: Any = None) -> dict[str, Any]:
     """Reopen the store at `uri` (journals replayed, search table checked) and `judge` the ledger;
     also the job runs the history holds (by kind, with their errors)."""
-    from ..memory import MemoryOS
+    from memos.memory import MemoryOS
 
     logger = logging.getLogger("memos.store.lancedb.search_index")
     fixes = _Fixes()
