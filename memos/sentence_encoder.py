@@ -28,14 +28,15 @@ import math
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SentenceEncoder", "encode_threads", "free_cores"]
+__all__ = ["SHAPES_FILE", "SentenceEncoder", "blas_limit", "encode_threads", "free_cores", "length_batches", "random_weights",
+           "safetensors_header"]
 
 _F32 = np.float32
 _SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "I64": np.int64}
@@ -69,7 +70,7 @@ class SentenceEncoder:
     """
 
     def __init__(self, model_dir: str | Path, *, batch_size: int = 32, batch_tokens: int = 2048,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, weights: Mapping[str, np.ndarray] | None = None) -> None:
         from tokenizers import Tokenizer
 
         model_dir = Path(model_dir)
@@ -90,7 +91,9 @@ class SentenceEncoder:
         self.tokenizer.no_padding()  # padding is done per length-sorted batch below
         self.tokenizer.enable_truncation(max_length=self.max_length)
 
-        w = _map_safetensors(model_dir / "model.safetensors")
+        # `weights`: tensors by name instead of the folder's model.safetensors (a benchmark's
+        # random weights of the same shapes cost the same FLOPs)
+        w = weights if weights is not None else _map_safetensors(model_dir / "model.safetensors")
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in w else ""
 
         def get(name: str) -> np.ndarray:
@@ -125,34 +128,36 @@ class SentenceEncoder:
         out = np.empty((len(texts), self.dim), dtype=_F32)
         if not texts:
             return out
-        with _blas_limit(self.threads if self.threads is not None else encode_threads()):
+        with blas_limit(self.threads if self.threads is not None else encode_threads()):
             self._encode_into(texts, out)
         return out
 
-    def _encode_into(self, texts: Sequence[str], out: np.ndarray) -> None:
-        encodings = self.tokenizer.encode_batch(list(texts))
-        ids = [e.ids for e in encodings]
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        batches: list[list[int]] = []
-        start = 0
-        while start < len(order):
-            # sorted ascending: the batch's last text is its longest, so its padded size is known
-            size = 1
-            while (size < self.batch_size and start + size < len(order)
-                   and (size + 1) * len(ids[order[start + size]]) <= self.batch_tokens):
-                size += 1
-            batches.append(order[start : start + size])
-            start += size
-        # one set of work arrays for the call, sized for its largest batch and reused by every
-        # layer of every batch: numpy's fresh temporaries (~20 per layer, up to 12 MB each) cost
-        # more than the matrix products at these sizes (the erf gelu alone: 58 against 22 ms)
-        work = _Work(max(len(b) * len(ids[b[-1]]) for b in batches), self.dim, self.layers[0].up_w.shape[1])
-        for chunk in batches:
-            out[chunk] = self._encode_ids([ids[i] for i in chunk], work)
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """The token ids of each text (truncated to `max_length`), in input order."""
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
 
-    def _encode_ids(self, batch: list[list[int]], work: _Work | None = None) -> np.ndarray:
+    def batches(self, ids: Sequence[Sequence[int]]) -> list[list[int]]:
+        """How a call's texts are grouped for the forward pass (`length_batches` with this
+        encoder's limits): a pool of workers that encodes the same groups gets the same vectors."""
+        return length_batches([len(i) for i in ids], self.batch_size, self.batch_tokens)
+
+    def work(self, tokens: int) -> _Work:
+        """Work arrays for batches of up to `tokens` padded tokens (they grow past it), reused by
+        every layer of every batch: numpy's fresh temporaries, ~20 per layer, cost more than the
+        matrix products at these sizes."""
+        return _Work(tokens, self.dim, self.layers[0].up_w.shape[1])
+
+    def _encode_into(self, texts: Sequence[str], out: np.ndarray) -> None:
+        ids = self.tokenize(texts)
+        batches = self.batches(ids)
+        work = self.work(max(len(b) * len(ids[b[-1]]) for b in batches))
+        for chunk in batches:
+            out[chunk] = self.encode_ids([ids[i] for i in chunk], work)
+
+    def encode_ids(self, batch: Sequence[Sequence[int]], work: _Work | None = None) -> np.ndarray:
+        """The vectors of one batch of token-id lists (one forward pass; BLAS threads as set)."""
         n, length = len(batch), max(len(ids) for ids in batch)
-        work = work or _Work(n * length, self.dim, self.layers[0].up_w.shape[1])
+        work = work or self.work(n * length)
         ids = np.zeros((n, length), dtype=np.int64)
         mask = np.zeros((n, length), dtype=_F32)
         for row, seq in enumerate(batch):
@@ -246,6 +251,23 @@ def encode_threads() -> int:
     return free_cores(cores, others)
 
 
+def length_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int) -> list[list[int]]:
+    """Indices into `lengths` grouped for the forward pass: sorted by length, at most
+    `batch_size` texts and `batch_tokens` padded tokens a group (one text at least)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    start = 0
+    while start < len(order):
+        # sorted ascending: the batch's last text is its longest, so its padded size is known
+        size = 1
+        while (size < batch_size and start + size < len(order)
+               and (size + 1) * lengths[order[start + size]] <= batch_tokens):
+            size += 1
+        batches.append(order[start : start + size])
+        start += size
+    return batches
+
+
 def free_cores(cores: int, others: float) -> int:
     """The cores left when other processes keep `others` of them busy, one at least."""
     return max(1, min(cores, round(cores - others)))
@@ -303,7 +325,7 @@ _OTHERS = _OtherProcesses()
 _BLAS: Any = None
 
 
-def _blas_limit(threads: int) -> Any:
+def blas_limit(threads: int) -> Any:
     """A context that runs numpy's BLAS on `threads` threads (threadpoolctl; a no-op without it)."""
     global _BLAS
     if _BLAS is None:
@@ -316,16 +338,33 @@ def _blas_limit(threads: int) -> Any:
     return _BLAS.limit(limits=threads) if _BLAS else contextlib.nullcontext()
 
 
-def _map_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """The tensors of a .safetensors file as read-only arrays over a memory map of it.
+SHAPES_FILE = "model.shapes.json"
+"""A model folder's stand-in for model.safetensors in benchmarks: that file's JSON header alone."""
 
-    The format is an 8-byte little-endian header length, a JSON header giving each tensor's
-    dtype, shape and byte range, then the raw data.
-    """
+
+def safetensors_header(path: str | Path) -> tuple[dict[str, Any], int]:
+    """The JSON header of a .safetensors file (each tensor's dtype, shape and byte range) and
+    the offset its data starts at: an 8-byte little-endian header length, then the header."""
     with open(path, "rb") as f:
         header_len = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(header_len))
-    data = np.asarray(np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_len))
+        return json.loads(f.read(header_len)), 8 + header_len
+
+
+def random_weights(model_dir: str | Path, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random float32 tensors shaped as the folder's model.safetensors (or, where the weights are
+    not there, its `SHAPES_FILE`): the same FLOPs as the real weights, meaningless vectors."""
+    model_dir = Path(model_dir)
+    weights = model_dir / "model.safetensors"
+    header = safetensors_header(weights)[0] if weights.exists() else json.loads((model_dir / SHAPES_FILE).read_text())
+    rng = np.random.default_rng(seed)
+    return {name: (rng.standard_normal(meta["shape"], dtype=_F32) * _F32(0.05)) for name, meta in header.items()
+            if name != "__metadata__"}
+
+
+def _map_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """The tensors of a .safetensors file as read-only arrays over a memory map of it."""
+    header, offset = safetensors_header(path)
+    data = np.asarray(np.memmap(path, dtype=np.uint8, mode="r", offset=offset))
     tensors: dict[str, np.ndarray] = {}
     for name, meta in header.items():
         if name == "__metadata__":

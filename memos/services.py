@@ -363,16 +363,34 @@ class KernelServices(RecordAccess):
             raise InvalidRecordError(f"a message cannot be stored as an episode: {check.describe_errors(exc)}") from None
 
     async def store_turns(self, scope: Scope, episodes: Sequence[Episode], *, actor: str = "ingest",
-                          behind: bool = False) -> list[Episode]:
+                          behind: bool = False, progress: Callable[[int], None] | None = None) -> list[Episode]:
         """Store the episodes `turn_episodes` built (batched; in raw mode linked to the entities
         they name, when `entity_links` is on); returns them. `behind`: they are journaled and written
-        to their tables in batches a moment later (`memos.store.lancedb.write_behind`: a chat's turns)."""
+        to their tables in batches a moment later (`memos.store.lancedb.write_behind`: a chat's turns).
+
+        The next batch is embedded while this one is written (the encoder and LanceDB overlap);
+        `progress(n)` hears of a batch once it is stored, and a failure stores nothing more."""
         episodes = list(episodes)
-        for start in range(0, len(episodes), INGEST_CHUNK):
-            chunk = episodes[start : start + INGEST_CHUNK]
-            await self._add(scope, chunk, actor=actor, behind=behind)
-            if self.entity_links and "entity" in self.types:  # raw-mode entity links (memos.graph.entities)
-                await self.graph.link(scope, chunk, actor=actor)
+        chunks = [episodes[start : start + INGEST_CHUNK] for start in range(0, len(episodes), INGEST_CHUNK)]
+
+        async def embed(chunk: list[Episode]) -> dict[str, list[float] | None]:
+            texts = list(dict.fromkeys(e.index_text() for e in chunk))
+            return dict(zip(texts, await self._vectors(texts), strict=True))
+
+        ahead: asyncio.Task[dict[str, list[float] | None]] | None = None
+        try:
+            for index, chunk in enumerate(chunks):
+                vectors = await ahead if ahead is not None else await embed(chunk)
+                ahead = asyncio.ensure_future(embed(chunks[index + 1])) if index + 1 < len(chunks) else None
+                await self._add(scope, chunk, actor=actor, behind=behind, vectors=vectors)
+                if self.entity_links and "entity" in self.types:  # raw-mode entity links (memos.graph.entities)
+                    await self.graph.link(scope, chunk, actor=actor)
+                if progress is not None:
+                    progress(len(chunk))
+        finally:
+            if ahead is not None and not ahead.done():
+                ahead.cancel()
+                await asyncio.gather(ahead, return_exceptions=True)
         return episodes
 
     async def reindex(self, embedder: Any = "local", *, progress: Callable[[int, int], None] | None = None) -> int:

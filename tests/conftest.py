@@ -8,6 +8,9 @@ os.environ.setdefault("LANCE_LOG", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # CLI output is compared as text: a wide console, so a long temp path never wraps a message.
 os.environ["COLUMNS"] = "500"
+# the local encoder in the test process itself, as on a one-core machine: tests/test_encoder_pool.py
+# starts pools of its own (vectors are the same either way; fewer processes on a shared machine)
+os.environ.setdefault("MEMOS_ENCODER_WORKERS", "1")
 
 from datetime import UTC, datetime, timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402

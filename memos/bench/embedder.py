@@ -1,80 +1,188 @@
-"""Embedding throughput and memory of the local embedder, as memos calls it.
+"""`memos bench embedder`: the local encoder alone, texts/s by workers, BLAS threads and device.
 
-    python -m memos.bench.embedder [--turns 2000] [--chunks 200]
+    python -m memos.bench.embedder [--dataset locomo.json] [--workers 1,2,4] [--threads 1]
+                                   [--device cpu|cuda|cuda:N|torch-cpu] [--random-weights] [--passes 2]
 
-Encodes short conversation turns and ~256-token document chunks through
-`local_embedder().embed_documents` (batches of 64, as ingest does) and single queries through
-`embed_query`, in one process; prints load time, sentences/s, query latency and the process's
-peak resident memory as JSON. Uses only `memos.embeddings.local_embedder`, so the same file
-runs against an older memos install (the torch path) for a side-by-side comparison.
+Encodes a dataset's texts (a LOCOMO file's turns as ingest indexes them, a JSONL of messages, or
+synthetic turns) in calls of `--call` texts, as ingest hands them over, and reports the best of
+`--passes` passes for each configuration, with how far its vectors are from the first one's.
+It imports nothing of the storage layer (no LanceDB, pyarrow or pydantic), so it runs from a
+checkout where only numpy, tokenizers and threadpoolctl (and torch, for a GPU) are installed.
+Where the MiniLM weights are not installed, `--export-model DIR` (run where they are) writes a
+folder with the tokenizer, the config and the weights' shapes only, and `--model-dir DIR
+--random-weights` encodes with random weights of those shapes (the same FLOPs).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import os
 import random
-import resource
-import statistics
+import shutil
+import sys
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-__all__ = ["main"]
+__all__ = ["dataset_texts", "export_model", "main", "run_embedder_bench"]
 
 _WORDS = ("memory agent lisbon peanut allergy meeting budget report deploy script cat garden trip "
           "doctor invoice sister tea coffee train delayed launch quarter contract dentist puppy "
           "rain interview vegetarian birthday router password kitchen recipe running book").split()
-_ZH = "我上个月搬到了上海明天早上九点提醒我给牙医打电话季度报告十五号之前要交他说火车晚点了四十分钟"
+_SEED = 38
 
 
-def _turn(rng: random.Random) -> str:
-    if rng.random() < 0.1:
-        start = rng.randrange(len(_ZH) - 20)
-        return _ZH[start : start + rng.randint(8, 20)]
-    return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 25))).capitalize() + "."
+def dataset_texts(path: Path | None, limit: int | None = None) -> list[str]:
+    """The texts ingest would embed: a LOCOMO file's turns ("speaker: text caption"), a JSONL or
+    JSON list of messages, or (no path) 2,000 synthetic turns."""
+    if path is None:
+        rng = random.Random(_SEED)
+        texts = [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 40))).capitalize() + "." for _ in range(2000)]
+    elif path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        texts = [_message_text(r) for r in rows]
+    else:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        texts = []
+        for item in data:
+            conversation = item.get("conversation") if isinstance(item, dict) else None
+            if conversation is None:
+                texts.append(_message_text(item))
+                continue
+            n = 1
+            while f"session_{n}" in conversation:
+                texts += [_message_text(turn) for turn in conversation[f"session_{n}"]]
+                n += 1
+    return texts[:limit] if limit else texts
 
 
-def _chunk(rng: random.Random) -> str:
-    return " ".join(rng.choice(_WORDS) for _ in range(230))
+def _message_text(row: dict[str, Any]) -> str:
+    actor = row.get("speaker") or row.get("actor") or row.get("role") or ""
+    text = row.get("text") or row.get("content") or ""
+    head = f"{actor}: {text}" if actor else text
+    return f"{head} {row.get('blip_caption') or row.get('details') or ''}".strip()  # Episode.index_text
 
 
-async def _run(turns: int, chunks: int, queries: int) -> dict[str, float]:
-    from memos.embeddings import local_embedder
+def export_model(model_dir: Path, dest: Path) -> Path:
+    """Copy what a random-weights run needs from `model_dir` to `dest`: the configs, the
+    tokenizer and the weights' shapes (`model.shapes.json`, the safetensors header), not the weights."""
+    from memos.sentence_encoder import SHAPES_FILE, safetensors_header
 
-    rng = random.Random(18)
-    turn_texts = [_turn(rng) for _ in range(turns)]
-    chunk_texts = [_chunk(rng) for _ in range(chunks)]
-    t0 = time.perf_counter()
-    embedder = local_embedder()
-    await embedder.embed_query("warm up: load the weights")
-    load_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    await embedder.embed_documents(turn_texts)
-    turns_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    await embedder.embed_documents(chunk_texts)
-    chunks_s = time.perf_counter() - t0
-    latencies = []
-    for text in turn_texts[:queries]:
-        t0 = time.perf_counter()
-        await embedder.embed_query(text)
-        latencies.append((time.perf_counter() - t0) * 1000)
-    return {
-        "load_and_first_query_s": round(load_s, 2),
-        "turns_per_s": round(turns / turns_s, 1),
-        "chunks_per_s": round(chunks / chunks_s, 1),
-        "query_p50_ms": round(statistics.median(latencies), 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-    }
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "sentence_bert_config.json", "tokenizer.json"):
+        if (model_dir / name).exists():
+            shutil.copyfile(model_dir / name, dest / name)
+    (dest / SHAPES_FILE).write_text(json.dumps(safetensors_header(model_dir / "model.safetensors")[0]))
+    return dest
 
 
-def main() -> None:
+def run_embedder_bench(texts: Sequence[str], model_dir: Path, *, device: str = "cpu", workers: Sequence[int] = (1,),
+                       threads: Sequence[int] = (1,), gpu_batches: Sequence[int] = (256, 1024), passes: int = 2,
+                       call: int = 1024, kind: str = "process", random_weights: bool = False,
+                       progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Texts/s of each configuration (the best of `passes`), and its vectors against the first's."""
+    import numpy as np
+
+    from memos.sentence_encoder import SentenceEncoder
+    from memos.sentence_encoder import random_weights as make_random
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    seed = _SEED if random_weights else None
+    weights = make_random(model_dir, seed) if seed is not None else None
+    rows: list[dict[str, Any]] = []
+    first: list[Any] = []
+
+    def measure(label: dict[str, Any], encode: Callable[[Sequence[str]], Any]) -> None:
+        encode(texts[: min(len(texts), 256)])  # warm-up: workers started, weights paged in, kernels chosen
+        best, vectors = float("inf"), None
+        for _ in range(passes):
+            start = time.perf_counter()
+            vectors = np.concatenate([encode(texts[i : i + call]) for i in range(0, len(texts), call)])
+            best = min(best, time.perf_counter() - start)
+        if not first:
+            first.append(vectors)
+        cos = (vectors * first[0]).sum(axis=1)
+        row = {**label, "texts_per_s": round(len(texts) / best, 1), "best_s": round(best, 3),
+               "max_abs_diff": float(np.abs(vectors - first[0]).max()), "min_cosine": float(cos.min())}
+        rows.append(row)
+        if progress:
+            progress(json.dumps(row))
+
+    if device in ("cpu", "torch-cpu") or device == "numpy":
+        for w in workers:
+            for t in threads:
+                encoder = SentenceEncoder(model_dir, threads=t, weights=weights)
+                if device == "torch-cpu":
+                    import torch
+
+                    from memos.torch_encoder import TorchSentenceEncoder
+
+                    torch.set_num_threads(t)
+                    measure({"device": "torch-cpu", "workers": 1, "threads": t, "dtype": "float32"},
+                            TorchSentenceEncoder(encoder, "cpu").encode)
+                    continue
+                if w <= 1:
+                    measure({"device": "cpu", "workers": 1, "threads": t}, encoder.encode)
+                    continue
+                from memos.encoder_pool import EncoderPool
+
+                pool = EncoderPool(encoder, model_dir, w, kind=kind, threads=t, random_seed=seed)  # type: ignore[arg-type]
+                try:
+                    measure({"device": "cpu", "workers": w, "threads": t, "pool": kind}, pool.encode)
+                finally:
+                    pool.close()
+    else:
+        from memos.torch_encoder import TorchSentenceEncoder
+
+        encoder = SentenceEncoder(model_dir, weights=weights)
+        measure({"device": "cpu", "workers": 1, "threads": threads[0], "reference": True}, encoder.encode)
+        for size in gpu_batches:
+            gpu = TorchSentenceEncoder(encoder, device, batch_size=size, batch_tokens=size * 128)
+            measure({"device": device, "batch": size, "dtype": str(gpu.dtype).removeprefix("torch.")}, gpu.encode)
+    lengths = [len(ids) for ids in SentenceEncoder(model_dir, weights=weights).tokenize(texts)]
+    return {"texts": len(texts), "mean_tokens": round(sum(lengths) / max(1, len(lengths)), 1), "call": call,
+            "passes": passes, "random_weights": random_weights, "cores": os.cpu_count(), "model_dir": str(model_dir),
+            "rows": rows}
+
+
+def _ints(value: str) -> list[int]:
+    return [int(v) for v in value.split(",") if v.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=2000)
-    parser.add_argument("--chunks", type=int, default=200)
-    parser.add_argument("--queries", type=int, default=100)
-    args = parser.parse_args()
-    print(json.dumps(asyncio.run(_run(args.turns, args.chunks, args.queries))))
+    parser.add_argument("--dataset", type=Path, help="A LOCOMO .json, or messages (.jsonl / .json); default: synthetic turns.")
+    parser.add_argument("--limit", type=int, help="Only the first N texts.")
+    parser.add_argument("--device", default="cpu", help="cpu (numpy), torch-cpu, cuda or cuda:N.")
+    parser.add_argument("--workers", type=_ints, default=[1], help="Pool sizes to measure, e.g. 1,2,4,8,16 (cpu).")
+    parser.add_argument("--threads", type=_ints, default=[1], help="BLAS threads per worker, e.g. 1,2 (cpu).")
+    parser.add_argument("--gpu-batch", type=_ints, default=[256, 1024], help="Texts per GPU batch to measure.")
+    parser.add_argument("--pool", default="process", choices=("process", "thread"), help="Workers as processes or threads.")
+    parser.add_argument("--passes", type=int, default=2, help="Timed passes; the best is reported.")
+    parser.add_argument("--call", type=int, default=1024, help="Texts an encode call (ingest hands over 1,024).")
+    parser.add_argument("--model-dir", type=Path, help="The model folder (default: the installed MiniLM weights).")
+    parser.add_argument("--random-weights", action="store_true", help="Random weights of the model's shapes.")
+    parser.add_argument("--export-model", type=Path, help="Write a weights-free model folder here (for --random-weights elsewhere) and stop.")
+    parser.add_argument("--json", dest="json_out", default="-", help="Where to write the report ('-': stdout).")
+    args = parser.parse_args(argv)
+    if args.model_dir is None:
+        from memos.embeddings import local_model_dir
+
+        args.model_dir = local_model_dir()
+    if args.export_model:
+        print(export_model(args.model_dir, args.export_model))
+        return
+    texts = dataset_texts(args.dataset, args.limit)
+    report = run_embedder_bench(texts, args.model_dir, device=args.device, workers=args.workers, threads=args.threads,
+                                gpu_batches=args.gpu_batch, passes=args.passes, call=args.call, kind=args.pool,
+                                random_weights=args.random_weights, progress=lambda line: print(line, file=sys.stderr))
+    text = json.dumps(report, indent=2)
+    if args.json_out == "-":
+        print(text)
+    else:
+        Path(args.json_out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

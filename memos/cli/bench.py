@@ -50,6 +50,37 @@ def retrieval(
     emit_json(report, json_out)
 
 
+@bench_app.command("embedder")
+def embedder_bench(
+    dataset: Annotated[Path | None, typer.Option(help="A LOCOMO .json or messages (.jsonl / .json); default: synthetic turns.")] = None,
+    device: Annotated[str, typer.Option(help="cpu (numpy), torch-cpu, cuda or cuda:N.")] = "cpu",
+    workers: Annotated[str, typer.Option(help="Pool sizes to measure, comma-separated (cpu).")] = "1",
+    threads: Annotated[str, typer.Option(help="BLAS threads per worker, comma-separated (cpu).")] = "1",
+    gpu_batch: Annotated[str, typer.Option(help="Texts per GPU batch, comma-separated.")] = "256,1024",
+    pool: Annotated[str, typer.Option(help="Workers as 'process' or 'thread'.")] = "process",
+    passes: Annotated[int, typer.Option(min=1, max=10, help="Timed passes; the best is reported.")] = 2,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N texts.")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="The model folder (default: the installed MiniLM weights).")] = None,
+    random_weights: Annotated[bool, typer.Option("--random-weights", help="Random weights of the model's shapes.")] = False,
+    json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
+) -> None:
+    """The local encoder alone on a dataset's texts: texts/s by workers, threads and device
+    (`python -m memos.bench.embedder` is the same, without the CLI's dependencies)."""
+    from ..bench.embedder import main as bench_main
+
+    if pool not in ("process", "thread"):
+        fail(f"--pool is 'process' or 'thread', not {pool!r}")
+    if dataset is not None and not dataset.exists():
+        fail(f"{dataset} does not exist")
+    argv = ["--device", device, "--workers", workers, "--threads", threads, "--gpu-batch", gpu_batch, "--pool", pool,
+            "--passes", str(passes), "--json", json_out]
+    argv += ["--dataset", str(dataset)] if dataset else []
+    argv += ["--limit", str(limit)] if limit else []
+    argv += ["--model-dir", str(model_dir)] if model_dir else []
+    argv += ["--random-weights"] if random_weights else []
+    bench_main(argv)
+
+
 BENCH_EMBEDDERS = ("local", "hashed")
 """What can build a benchmark store (`memos.bench.scale.bench_embedder`)."""
 

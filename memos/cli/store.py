@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import Progress
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
 from memos._sync import run_sync
 from memos.store.scope import Scope
@@ -94,7 +94,7 @@ def ingest(
     user: UserOption = "default",
     agent: Annotated[str | None, typer.Option(help="Agent id of the scope.")] = None,
     session: Annotated[str | None, typer.Option(help="Session id of the scope.")] = None,
-    batch: Annotated[int, typer.Option(min=1, help="Messages per write (and per embedding call).")] = 1024,
+    batch: Annotated[int | None, typer.Option(min=1, help="Deprecated: ingest writes in its own batches (embedding the next while writing one).")] = None,
 ) -> None:
     """Store a file: messages (JSONL / JSON list) or a LOCOMO file as episodic turns, or a text
     document (.txt, .md, ...) as chunked resource memory. Raw mode: no model."""
@@ -114,12 +114,21 @@ def ingest(
         console.print(f"LOCOMO file: {len(conversations)} conversations, {len(rows)} turns")
     else:
         rows = _read_messages(file)
+    if batch is not None:
+        console.print("[yellow]note:[/yellow] --batch is deprecated and ignored: ingest writes in its own batches")
     mem = MemoryOS.open_sync(db)
-    with Progress(console=console) as progress:
-        task = progress.add_task(f"ingesting {file.name}", total=len(rows))
-        for start in range(0, len(rows), batch):
-            mem.ingest_sync(scope, rows[start : start + batch])
-            progress.advance(task, len(rows[start : start + batch]))
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
+               TextColumn("[progress.data.speed]{task.fields[rate]}"),
+               TimeRemainingColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task(f"ingesting {file.name}", total=len(rows), rate="")
+
+        def stored(n: int) -> None:  # called once a batch is written: only stored turns count
+            progress.advance(task, n)
+            speed = progress.tasks[task].speed
+            progress.update(task, rate=f"{speed:,.0f} turns/s" if speed else "")
+
+        mem.ingest_sync(scope, rows, progress=stored)
     console.print(f"stored {len(rows)} turns in {db} for scope {scope}")
 
 
