@@ -179,3 +179,11 @@ class Where:
 
     def build(self) -> str | None:
         return " AND ".join(f"({p})" for p in self._parts) if self._parts else None
+
+    def condition(self) -> str:
+        """`build` for a call that must never match every row (a delete, a history rewrite, a
+        search of the shared table): at least one condition, else an error."""
+        where = self.build()
+        if where is None:
+            raise InvalidFilterError("a filter with no condition would match every row")
+        return where
