@@ -101,7 +101,8 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
     if history:
         taken = await _taken_history_ids(memory, [str(r.get("id", "")) for r in history])
         for row in history:
-            row["record_id"] = renamed.get(row.get("record_id"), row.get("record_id"))
+            record_id = row.get("record_id")
+            row["record_id"] = None if record_id is None else renamed.get(record_id, record_id)
             if row.get("id") in taken and taken[row["id"]] != row.get("user_id"):
                 row["id"] = new_id()  # another user's audit row: never overwritten
         await memory.restore_history([_history_row(r) for r in history])

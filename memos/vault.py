@@ -58,9 +58,11 @@ class VaultHost(Protocol):
     """What the vault needs of the facade that owns it (`memos.memory.MemoryOS` is one): the vault
     sits below the facade, so it names the facade's methods, never imports it."""
 
-    storage: Store
     types: dict[str, type[MemoryRecord]]
     clock: Callable[[], datetime]
+
+    @property
+    def storage(self) -> Store: ...
 
     def stamp(self, record: MemoryRecord) -> datetime: ...
 

@@ -66,7 +66,8 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"memos serve exited with {self.proc.returncode}: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                said = self.proc.stderr.read().decode() if self.proc.stderr else ""  # a pipe: always there
+                raise RuntimeError(f"memos serve exited with {self.proc.returncode}: {said[-2000:]}")
             try:
                 if httpx2.get(self.url + "/healthz", timeout=30).status_code == 200:
                     return self

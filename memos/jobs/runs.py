@@ -119,12 +119,13 @@ async def reflect(memory: MemoryOS, scope: Scope, *, model: Any = None, policy: 
     insights = await memory.backend.reflect(model, shown, now=now)
     records: list[MemoryRecord] = []
     for insight in insights:
-        common = {"summary": insight.summary, "importance": insight.importance, "source_ids": list(insight.source_ids),
-                  "tags": ["reflection"], **scope.stamp()}
         if insight.kind == "procedure":
-            records.append(Procedure(steps=list(insight.steps), **common))
+            records.append(Procedure(steps=list(insight.steps), summary=insight.summary, importance=insight.importance,
+                                     source_ids=list(insight.source_ids), tags=["reflection"], **scope.stamp()))
         else:
-            records.append(Fact(subject=insight.subject or scope.user_id, source="reflection", valid_from=now, **common))
+            records.append(Fact(subject=insight.subject or scope.user_id, source="reflection", valid_from=now,
+                                summary=insight.summary, importance=insight.importance,
+                                source_ids=list(insight.source_ids), tags=["reflection"], **scope.stamp()))
     if records:
         await memory.add(scope, records, actor="reflection")
     await memory.set_state(reflection_key(scope), json.dumps({
