@@ -8,6 +8,8 @@ A memory type declares its secret fields (`secret_fields`, the built-in `VaultIt
 - `redact` blanks secret fields in everything the facade hands out (search hits included);
 - `reveal` decrypts one item for a caller with approval and clearance, and writes a history row
   either way (never the value);
+- `check_change` holds a change to what governs an item's access (its secret, its sensitivity)
+  to the same bar: clearance up to the item's level, and approval to lower it; audited too;
 - `rotate_key` re-encrypts every secret under a new key, crash-safe;
 - `scrub_sources` takes a secret just stored out of the records it came from (the chat turn that
   said it) and out of their history and old table versions.
@@ -36,9 +38,12 @@ from .memtypes import MemoryRecord
 if TYPE_CHECKING:
     from .crypto import VaultCipher
 
-__all__ = ["Vault", "VaultHost", "default_key_file"]
+__all__ = ["CLEARANCE", "Vault", "VaultHost", "default_key_file"]
 
 R = TypeVar("R", bound=MemoryRecord)
+
+CLEARANCE = {"none": -1, "low": 0, "medium": 1, "high": 2}
+"""A caller's vault clearance, in the order of `memos.crypto.SENSITIVITY`: "none" reaches no level."""
 
 
 def default_key_file(uri: str) -> Path:
@@ -163,6 +168,40 @@ class Vault:
         value = self.cipher().decrypt(secret, self.associated_data(record)) if secret else ""
         await storage.append_history([history_row("reveal", record, approved_by, None, None, now, note="secret revealed")])
         return value
+
+    async def check_change(self, record: MemoryRecord, revised: MemoryRecord, changes: dict[str, Any], *, actor: str,
+                           clearance: str, approved_by: str | None) -> str | None:
+        """Allow a change to what governs who may read a vault item (a secret field, its sensitivity)
+        only to a caller whose `clearance` reaches the item's current sensitivity, and a lowering
+        only with an approval (`approved_by`), as a reveal needs. A refusal is written to history
+        like a refused reveal and raised (`VaultAccessError`), the item unchanged. Returns the
+        history note of an allowed change to those fields; None when the change touches none."""
+        from .crypto import SENSITIVITY, VaultAccessError
+
+        if not record.secret_fields:
+            return None
+        if not isinstance(clearance, str) or clearance not in CLEARANCE:
+            raise ConfigError(f"clearance must be one of {list(CLEARANCE)}, got {clearance!r}")
+        if approved_by is not None:
+            validate_value(approved_by, "approved_by")
+        level = getattr(record, "sensitivity", "high")
+        new_level = getattr(revised, "sensitivity", level)
+        touched = sorted(f for f in changes if f in record.secret_fields or (f == "sensitivity" and new_level != level))
+        if not touched:
+            return None
+        what = " and ".join(touched)
+        if CLEARANCE[clearance] < SENSITIVITY[level]:
+            note = f"refused: {what} of a {level} item, {clearance} clearance"
+            message = f"vault item {record.id} is {level} sensitivity; changing its {what} needs clearance {level}, this caller's is {clearance}"
+        elif SENSITIVITY[new_level] < SENSITIVITY[level] and not approved_by:
+            note = f"refused: lowering {level} to {new_level} without approval"
+            message = (f"lowering vault item {record.id} from {level} to {new_level} sensitivity needs an approval, as revealing it "
+                       "does (approved_by=...; over HTTP, the admin key in X-Memos-Approval)")
+        else:
+            moved = f" {level} -> {new_level}" if new_level != level else ""
+            return f"vault {what} changed{moved}" + (f", approved by {approved_by}" if approved_by else "")
+        await self.memory.storage.append_history([history_row("update", record, actor, None, None, self.memory.clock(), note=note)])
+        raise VaultAccessError(message)
 
     # --- rotation ------------------------------------------------------------------------
 

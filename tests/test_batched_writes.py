@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from memos import MemoryOS, Scope
-import memos.memory as memory_module
+import memos.services as memory_module
 from memos.embeddings import TextEmbedder
 from memos.memtypes import Episode, Fact, Procedure
 from memos.store.lancedb.storage import Storage

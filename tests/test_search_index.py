@@ -71,7 +71,7 @@ async def test_every_write_path_is_mirrored_and_no_secret_enters(mem, alice, bob
     door, = await mem.add(alice, VaultItem(caption="alice's door code", secret="9137-vault-secret"))
     await assert_mirrored(mem)
     await mem.update(alice, "semantic", one[0].id, {"summary": "alice keeps three hives on the roof"})
-    await mem.update(alice, "vault", door.id, {"secret": "2468-vault-secret", "sensitivity": "medium"})
+    await mem.update(alice, "vault", door.id, {"secret": "2468-vault-secret", "sensitivity": "medium"}, approved_by="alice")
     await mem.archive(alice, "episodic", batch[0].id)
     await mem.delete(alice, "episodic", batch[1].id)
     await assert_mirrored(mem)

@@ -30,7 +30,7 @@ def files_containing(root: Path, needle: str) -> list[Path]:
 async def test_a_planted_secret_is_nowhere_in_clear(mem, alice, db_path, vault_key, caplog):
     caplog.set_level(logging.DEBUG)
     item, = await mem.add(alice, VaultItem(caption="Alice's bank login", secret=SECRET, entry_type="credential"))
-    await mem.update(alice, "vault", item.id, {"sensitivity": "medium"})
+    await mem.update(alice, "vault", item.id, {"sensitivity": "medium"}, approved_by="alice")
     await mem.add(alice, Fact(subject="Alice", summary="Alice banks with Nordbank"))
     session = await mem.session(alice)
     await session.record_turn("user", "What is my bank login?")

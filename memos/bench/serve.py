@@ -47,6 +47,8 @@ class ServerProcess:
     storage_options: dict[str, str] | None = None
     port: int = field(default_factory=free_port)
     model: str | None = None
+    log: Path | None = None
+    """Where the server's stderr goes (appended; None: a pipe, read if it fails to start)."""
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -62,12 +64,16 @@ class ServerProcess:
         if self.model:
             command += ["--model", self.model]
         env = {**os.environ, "MEMOS_ADMIN_KEY": self.admin_key, "LANCE_LOG": "error", "HF_HUB_OFFLINE": "1"}
-        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if self.log is None:
+            self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        else:  # a file, not a pipe: a pipe nobody reads would block a long run
+            with self.log.open("ab") as err:
+                self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                said = self.proc.stderr.read().decode() if self.proc.stderr else ""  # a pipe: always there
-                raise RuntimeError(f"memos serve exited with {self.proc.returncode}: {said[-2000:]}")
+                said = self.log.read_bytes() if self.log is not None else self.proc.stderr.read() if self.proc.stderr else b""
+                raise RuntimeError(f"memos serve exited with {self.proc.returncode}: {said.decode(errors='replace')[-2000:]}")
             try:
                 if httpx2.get(self.url + "/healthz", timeout=30).status_code == 200:
                     return self
@@ -84,6 +90,12 @@ class ServerProcess:
                         headers={"Authorization": f"Bearer {self.admin_key}"}, timeout=30)
         r.raise_for_status()
         return r.json()["token"]
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: nothing in flight finishes) and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -125,3 +125,37 @@ def serve(
     emit_json(report, json_out)
     if report["lost"] or report["duplicated"]:
         fail(f"{report['lost']} acknowledged writes lost, {report['duplicated']} duplicated")
+
+
+@bench_app.command("faults")
+def faults(
+    seconds: Annotated[float, typer.Option(min=5, max=3600, help="How long the load runs.")] = 60.0,
+    clients: Annotated[int, typer.Option(min=1, max=64, help="Concurrent HTTP client tasks (each one agent of one of 4 users).")] = 12,
+    kills: Annotated[int, typer.Option(min=0, max=100, help="Times a server is SIGKILLed and restarted, spread over the run.")] = 5,
+    job_every: Annotated[float, typer.Option(min=1, max=600, help="Seconds between consolidation runs (decay 1.5x, maintenance 2x).")] = 2.0,
+    max_requests: Annotated[int, typer.Option(min=10, max=1_000_000, help="Stop after this many requests in all.")] = 20_000,
+    embedder: Annotated[str, typer.Option(help="The servers' embedder: 'none' (full-text only) or 'local'.")] = "none",
+    seed: Annotated[int, typer.Option(help="Seed of the clients' and the killer's choices.")] = 0,
+    path: Annotated[Path | None, typer.Option(help="Keep the store and the server/worker logs here (default: a temp dir, removed).")] = None,
+    json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
+) -> None:
+    """Two servers, concurrent writers, a consolidating worker and SIGKILLed servers on one store:
+    every acknowledged write read back (0 lost, duplicated, resurrected, orphaned history, cross-agent)."""
+    from ..bench.faults import run_fault_bench
+
+    if embedder not in ("none", "local"):
+        fail(f"unknown --embedder {embedder!r}; use 'none' or 'local'")
+    if path is not None and path.exists() and any(path.iterdir()):
+        fail(f"{path} is not empty; give a new directory to keep the run's store in")
+    console.print(f"memos bench faults: {clients} clients, 2 servers, {kills} kills, jobs every {job_every:g} s, {seconds:g} s")
+    report = run_sync(run_fault_bench(seconds, clients=clients, kills=kills, job_every=job_every, max_requests=max_requests,
+                                      embedder=embedder, seed=seed, path=path))
+    emit_json(report, json_out)
+    broken = {k: report[k] for k in FAULT_COUNTS if report[k]}
+    if broken:
+        fail("broken promises: " + ", ".join(f"{v} {k}" for k, v in broken.items()))
+
+
+FAULT_COUNTS = ("lost", "duplicated", "resurrected", "orphaned_history", "without_history", "duplicate_history",
+                "lost_updates", "cross_agent")
+"""The counts of `memos bench faults` that must be 0."""

@@ -26,6 +26,13 @@ from pydantic import ValidationError
 
 from memos.exceptions import InvalidRecordError, RecordNotFoundError
 from memos.jobs.merging import DisjointSets
+from memos.jobs.partition import (
+    ScopeKey,
+    by_scope,
+    record_scope,
+    same_scope,
+    stored_scope,
+)
 from memos.memtypes import MemoryRecord
 from memos.memtypes.entity import Entity, Relation, normal_name
 from memos.retrieval.ranking import Candidate, RowView
@@ -259,9 +266,14 @@ class EntityGraph:
 
     async def merge_entities(self, scope: Scope, keep_id: str, drop_ids: Sequence[str], *, actor: str = "user") -> Entity:
         """Fold duplicates into one entity: names become aliases, mentions and provenance join,
-        relations point at the kept entity; the duplicates are superseded (kept in history)."""
+        relations point at the kept entity; the duplicates are superseded (kept in history).
+        Only entities of one exact scope merge: another agent's or session's "Alice" is refused."""
         keep = await self.memory.get(scope, Entity, keep_id)
         drops = [await self.memory.get(scope, Entity, i) for i in drop_ids if i != keep_id]
+        foreign = [d.id for d in drops if not same_scope(keep, d)]
+        if foreign:
+            raise InvalidRecordError(f"entities {foreign} are not in the scope of {keep.id} ({record_scope(keep)}); "
+                                     "only entities of one user, agent and session merge")
         aliases = list(dict.fromkeys([*keep.aliases, *(n for d in drops for n in (d.name, *d.aliases))]))
         aliases = [a for a in aliases if normal_name(a) != normal_name(keep.name)]
         merged = await self.memory.update(_owner(keep), Entity, keep.id, {
@@ -285,22 +297,20 @@ class EntityGraph:
         return merged
 
     async def consolidate(self, scope: Scope, *, actor: str = "consolidation") -> dict[str, int]:
-        """Merge duplicate entities (same name or alias, same scope; aliases kept) and close the
-        relations a newer one contradicts (same subject, a single-valued predicate such as "lives
-        in", another object). Returns how many of each."""
+        """Merge duplicate entities (same name or alias, same exact scope; aliases kept) and close
+        the relations a newer one contradicts (same subject, a single-valued predicate such as
+        "lives in", another object, same exact scope). Returns how many of each."""
         done = {"entities_merged": 0, "relations_closed": 0}
-        groups: dict[tuple[str, str, str], list[Entity]] = {}
-        for entity in await self.entities(scope):
-            groups.setdefault((entity.user_id, entity.agent_id, entity.session_id), []).append(entity)
-        for members in groups.values():
+        for members in by_scope(await self.entities(scope)).values():
             for cluster in _name_clusters(members):
                 keep = max(cluster, key=lambda e: (len(e.mentions), -e.first_seen.timestamp()))
                 await self.merge_entities(_owner(keep), keep.id, [e.id for e in cluster if e.id != keep.id], actor=actor)
                 done["entities_merged"] += len(cluster) - 1
-        by_key: dict[tuple[str, str], list[Relation]] = {}
+        by_key: dict[tuple[ScopeKey, str, str], list[Relation]] = {}
         for rel in await self.relations(scope):
             if normal_name(rel.predicate) in SINGLE_VALUED:
-                by_key.setdefault((rel.subject_id or normal_name(rel.subject), normal_name(rel.predicate)), []).append(rel)
+                key = (stored_scope(rel), rel.subject_id or normal_name(rel.subject), normal_name(rel.predicate))
+                by_key.setdefault(key, []).append(rel)
         for rels in by_key.values():
             rels.sort(key=lambda r: (r.valid_from or r.created_at, r.created_at))
             newest = rels[-1]

@@ -9,23 +9,32 @@ writes the missing rows, marked as repaired:
 - a record whose `updated_at` is later than its newest history row gets an `update` row (the
   change before it is unknown, so `before` is empty).
 
+Only a write that is provably abandoned is repaired: one whose record was last written more than
+`REPAIR_GRACE` ago. A younger gap may be a write in flight (another process between its two
+commits, a queued history row), whose own row follows; repairing it left the record with two.
+
 `history_gaps` counts them without writing (what the crash tests check).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memos.memtypes import new_id
 from memos.store.protocol import Store
-from memos.store.scope import sql_in
+from memos.store.scope import sql_in, sql_string
 
-__all__ = ["CREATION_OPS", "history_gaps", "repair_history"]
+__all__ = ["CREATION_OPS", "REPAIR_GRACE", "history_gaps", "repair_history"]
 
 CREATION_OPS = frozenset({"add"})
 """History ops that record a record's creation."""
+REPAIR_GRACE = timedelta(minutes=10)
+"""How long ago a record must have been last written before a history row it lacks is repaired.
+A writer's two commits (row, then history) are apart by its retries, a wait at the purge lease or
+the write-behind delay: seconds. The bound is the one a deferred purge takes for any write still in
+flight (the same bound a deferred purge waits for: `memos.store.lancedb.purge.PURGE_MARGIN`); a gap older than it has no writer left to fill it."""
 _REPAIRED = "repaired: the change committed but its history row did not (process stopped between the two)"
 
 
@@ -42,18 +51,23 @@ async def history_gaps(storage: Store) -> dict[str, list[dict[str, Any]]]:
     gaps: dict[str, list[dict[str, Any]]] = {}
     for name in storage.memory_types():
         rows = await storage.rows(name, None, columns=["id", "updated_at"])
-        missing = [{"id": r["id"], "kind": "add"} for r in rows if r["id"] not in created]
-        missing += [{"id": r["id"], "kind": "update"} for r in rows
+        missing = [{"id": r["id"], "kind": "add", "updated_at": r["updated_at"]} for r in rows if r["id"] not in created]
+        missing += [{"id": r["id"], "kind": "update", "updated_at": r["updated_at"]} for r in rows
                     if r["id"] in created and r["updated_at"] is not None and r["id"] in newest and r["updated_at"] > newest[r["id"]]]
         if missing:
             gaps[name] = missing
     return gaps
 
 
-async def repair_history(storage: Store) -> dict[str, int]:
-    """Write the history rows `history_gaps` finds missing; returns how many per store."""
+async def repair_history(storage: Store, *, now: datetime | None = None, grace: timedelta = REPAIR_GRACE) -> dict[str, int]:
+    """Write the history rows `history_gaps` finds missing for records last written before `now`
+    (the wall clock by default) minus `grace`; returns how many per store."""
+    settled = (now or datetime.now(UTC)) - grace
     done: dict[str, int] = {}
-    for name, missing in (await history_gaps(storage)).items():
+    for name, gaps in (await history_gaps(storage)).items():
+        missing = [gap for gap in gaps if gap["updated_at"] is None or gap["updated_at"] <= settled]
+        if not missing:
+            continue
         table = storage.type_table(name)
         ids = sorted({m["id"] for m in missing})
         rows = {r["id"]: r for r in await storage.rows(name, sql_in("id", ids),
@@ -61,7 +75,7 @@ async def repair_history(storage: Store) -> dict[str, int]:
         entries = []
         for gap in missing:
             row = rows.get(gap["id"])
-            if row is None:  # deleted since the scan
+            if row is None or row["updated_at"] != gap["updated_at"]:  # deleted or written again since the scan
                 continue
             record = table.to_record(row)
             after = record.model_dump(mode="json")
@@ -71,6 +85,9 @@ async def repair_history(storage: Store) -> dict[str, int]:
                 "session_id": record.session_id, "before": None, "after": json.dumps(after, default=str), "note": _REPAIRED,
             })
         await storage.append_history(entries)
+        still = {r["id"] for r in await storage.rows(name, sql_in("id", ids), columns=["id"])}
+        if gone := sorted({e["record_id"] for e in entries} - still):  # deleted meanwhile: none of its history stays
+            await storage.delete_history(f"memory_type = {sql_string(name)} AND {sql_in('record_id', gone)}")
         done[name] = len(entries)
     return done
 

@@ -7,7 +7,11 @@ in history and nothing is deleted:
 Merges and supersedes leave the records `memos.jobs.merging` describes, the same the memory manager
 leaves behind:
 
-- **merge**: records of one store and scope with the same normalized text, or with cosine
+Nothing is ever decided across scopes: records merge, and facts contradict, only within one exact
+scope (the same user, agent and session ids as stored, `memos.jobs.partition`), whatever scope the
+job was run for.
+
+- **merge**: records of one store and exact scope with the same normalized text, or with cosine
   similarity >= `similarity` (near-duplicates), form a group. The survivor is the one with the
   best importance (then the oldest); it keeps the union of provenance (`source_ids`), tags and
   access counts and the best importance. The others are archived with `superseded_by` set to
@@ -48,6 +52,7 @@ from .merging import (
     merged_marks,
     superseded_marks,
 )
+from .partition import ScopeKey, by_scope, same_scope, stored_scope
 
 __all__ = [
     "ConsolidationPlan",
@@ -172,7 +177,16 @@ def _start(record: MemoryRecord) -> datetime:
 
 def plan_merges(records: Sequence[MemoryRecord], vectors: dict[str, list[float]] | None = None, *,
                 similarity: float = 0.95) -> list[Merge]:
-    """Groups of duplicates (same normalized text, or cosine >= `similarity`) and their survivors."""
+    """Groups of duplicates (same normalized text, or cosine >= `similarity`) and their survivors.
+
+    Records only ever merge with records of their own exact scope (`memos.jobs.partition`): the same
+    words stored by two agents, or in two sessions, are two memories, not a duplicate."""
+    merges = [m for group in by_scope(records).values() for m in _merges_in_scope(group, vectors, similarity)]
+    return sorted(merges, key=lambda m: m.survivor_id)
+
+
+def _merges_in_scope(records: Sequence[MemoryRecord], vectors: dict[str, list[float]] | None,
+                     similarity: float) -> list[Merge]:
     active = sorted((r for r in records if r.status == "active"), key=lambda r: (r.created_at, r.id))
     sets = DisjointSets(r.id for r in active)
 
@@ -203,7 +217,7 @@ def plan_merges(records: Sequence[MemoryRecord], vectors: dict[str, list[float]]
         why = sorted({reasons.get(r.id, "same text") for r in others})
         merges.append(Merge(survivor.id, tuple(r.id for r in others), max(r.importance for r in members), tuple(sources),
                             tuple(tags), sum(r.access_count for r in members), ", ".join(why)))
-    return sorted(merges, key=lambda m: m.survivor_id)
+    return merges
 
 
 def _neg(text: str) -> tuple[int, ...]:
@@ -215,21 +229,23 @@ def plan_contradictions(records: Sequence[MemoryRecord], *, exclude: Set[str] = 
     """Facts with the same subject and attribute but another value: each is closed by the next newer one.
 
     `starts` overrides when a fact was last stated (a merge survivor was restated by its duplicates).
+    Only facts of one exact scope contradict each other: another agent's or session's newer
+    fact never closes this one.
     """
     starts = starts or {}
 
     def start(record: MemoryRecord) -> datetime:
         return starts.get(record.id, _start(record))
 
-    by_key: dict[tuple[str, str], list[tuple[MemoryRecord, str]]] = {}
+    by_key: dict[tuple[ScopeKey, str, str], list[tuple[MemoryRecord, str]]] = {}
     for r in records:
         if r.status != "active" or r.id in exclude or not r.supersede_contradictions:
             continue
         key = fact_key(r)
         if key is not None:
-            by_key.setdefault(key[:2], []).append((r, key[2]))
+            by_key.setdefault((stored_scope(r), *key[:2]), []).append((r, key[2]))
     out = []
-    for (subject, attribute), facts in by_key.items():
+    for (_, subject, attribute), facts in by_key.items():
         facts.sort(key=lambda f: (start(f[0]), f[0].id))
         for (old, old_value), (new, new_value) in zip(facts, facts[1:]):
             if old_value != new_value:
@@ -271,14 +287,16 @@ async def apply_plan(memory: MemoryOS, scope: Scope, plan: ConsolidationPlan, *,
 
     Records are re-read first: one that vanished or stopped being active since planning
     (another writer got there first) is skipped, not resurrected; so is one that changes between
-    that read and the write (`mark` writes only the version it read).
+    that read and the write (`mark` writes only the version it read). A merge or supersede that
+    would relate records of two exact scopes (a plan made elsewhere) is skipped too.
     """
     done = {"merged": 0, "superseded": 0, "skipped": 0}
     name = plan.memory_type
     for merge in plan.merges:
         current = await _active(memory, scope, name, [merge.survivor_id, *merge.merged_ids])
         survivor = current.get(merge.survivor_id)
-        others = [current[i] for i in merge.merged_ids if i in current]
+        others = [current[i] for i in merge.merged_ids
+                  if i in current and survivor is not None and same_scope(survivor, current[i])]
         done["skipped"] += len(merge.merged_ids) - len(others)
         if survivor is None or not others:
             done["skipped"] += len(others)
@@ -308,7 +326,7 @@ async def apply_plan(memory: MemoryOS, scope: Scope, plan: ConsolidationPlan, *,
             done["skipped"] += 1
             continue
         old, new = current[sup.old_id], current[sup.new_id]
-        if await mark(memory, scope, name, old, superseded_marks(new.id, sup.valid_to),
+        if not same_scope(old, new) or await mark(memory, scope, name, old, superseded_marks(new.id, sup.valid_to),
                       op=SUPERSEDE, actor=actor, note=sup.reason) is None:
             done["skipped"] += 1
             continue

@@ -44,6 +44,7 @@ from .consolidation import (
     plan_consolidation,
 )
 from .decay import DecayPolicy, apply_decay
+from .partition import ScopeKey, by_scope, same_scope, stored_scope
 from .reflection_state import reflection_key, reflection_state, scope_key
 
 if TYPE_CHECKING:
@@ -104,7 +105,11 @@ async def _new_episodes(memory: MemoryOS, scope: Scope, since: datetime | None) 
 
 async def reflect(memory: MemoryOS, scope: Scope, *, model: Any = None, policy: ReflectionPolicy = ReflectionPolicy(),
                   force: bool = False) -> dict[str, Any]:
-    """Write cited insights (facts, procedures) from the episodes since the last reflection."""
+    """Write cited insights (facts, procedures) from the episodes since the last reflection.
+
+    The trigger counts every new episode of `scope`; the model then reflects once per exact
+    scope among them (`memos.jobs.partition`), and each insight is written in the scope of the
+    episodes it cites, so a user-wide run never mixes two agents' or sessions' episodes."""
     now = memory.clock()
     state = await reflection_state(memory, scope)
     episodes = await _new_episodes(memory, scope, state["last_at"])
@@ -116,18 +121,21 @@ async def reflect(memory: MemoryOS, scope: Scope, *, model: Any = None, policy: 
     if not (due or (force and episodes)):
         return {**result, "skipped": why}
     shown = episodes[-policy.max_episodes:]
-    insights = await memory.backend.reflect(model, shown, now=now)
     records: list[MemoryRecord] = []
-    for insight in insights:
-        if insight.kind == "procedure":
-            records.append(Procedure(steps=list(insight.steps), summary=insight.summary, importance=insight.importance,
-                                     source_ids=list(insight.source_ids), tags=["reflection"], **scope.stamp()))
-        else:
-            records.append(Fact(subject=insight.subject or scope.user_id, source="reflection", valid_from=now,
-                                summary=insight.summary, importance=insight.importance,
-                                source_ids=list(insight.source_ids), tags=["reflection"], **scope.stamp()))
-    if records:
-        await memory.add(scope, records, actor="reflection")
+    for key, group in by_scope(shown).items():  # one reflection per exact scope: insights never mix agents or sessions
+        owner, cited = Scope(*key), {e.id for e in group}
+        for insight in await memory.backend.reflect(model, group, now=now):
+            if not set(insight.source_ids) <= cited:
+                continue  # the agent checks this too; a backend that does not cannot cite across scopes
+            if insight.kind == "procedure":
+                records.append(Procedure(steps=list(insight.steps), summary=insight.summary, importance=insight.importance,
+                                         source_ids=list(insight.source_ids), tags=["reflection"], **owner.stamp()))
+            else:
+                records.append(Fact(subject=insight.subject or scope.user_id, source="reflection", valid_from=now,
+                                    summary=insight.summary, importance=insight.importance,
+                                    source_ids=list(insight.source_ids), tags=["reflection"], **owner.stamp()))
+    for key, written in by_scope(records).items():
+        await memory.add(Scope(*key), written, actor="reflection")
     await memory.set_state(reflection_key(scope), json.dumps({
         "last_at": now.isoformat(), "episodes": len(shown), "importance": accumulated, "insights": len(records)}))
     return {**result, "reason": why if due else "forced", "insights": len(records),
@@ -138,7 +146,10 @@ async def reflect(memory: MemoryOS, scope: Scope, *, model: Any = None, policy: 
 async def consolidate(memory: MemoryOS, scope: Scope, *, model: Any = None, types: Sequence[str] | None = None,
                       similarity: float = 0.95) -> dict[str, Any]:
     """Merge duplicates and supersede contradicted facts in every store of `scope` whose type
-    declares `consolidate` (`types` narrows it; a named store that does not declare it is left alone)."""
+    declares `consolidate` (`types` narrows it; a named store that does not declare it is left alone).
+
+    Only records of one exact scope are ever related (`memos.jobs.partition`): run for a user, it
+    consolidates each of the user's (agent, session) scopes on its own."""
     totals: dict[str, Any] = {"merged": 0, "superseded": 0, "skipped": 0, "by_type": {}}
     for name in memory.types if types is None else types:
         if name not in memory.types or not memory.types[name].consolidate:
@@ -159,12 +170,13 @@ async def consolidate(memory: MemoryOS, scope: Scope, *, model: Any = None, type
 
 
 async def _model_contradictions(backend: ModelBackend, model: Any, plan: ConsolidationPlan, records: list[MemoryRecord], now: datetime) -> ConsolidationPlan:
-    """Ask the consolidation agent about facts sharing a subject; keep its supersede/update decisions."""
+    """Ask the consolidation agent about facts sharing a subject in one exact scope; keep its
+    supersede/update decisions (a decision relating two scopes is dropped)."""
     merged = {i for m in plan.merges for i in m.merged_ids}
-    by_subject: dict[str, list[MemoryRecord]] = {}
+    by_subject: dict[tuple[ScopeKey, str], list[MemoryRecord]] = {}
     for r in records:
         if r.id not in merged and r.status == "active":
-            by_subject.setdefault(normalize_text(getattr(r, "subject", "")), []).append(r)
+            by_subject.setdefault((stored_scope(r), normalize_text(getattr(r, "subject", ""))), []).append(r)
     pairs = []
     for facts in by_subject.values():
         facts.sort(key=lambda r: (r.valid_from or r.created_at, r.id))
@@ -174,7 +186,7 @@ async def _model_contradictions(backend: ModelBackend, model: Any, plan: Consoli
     by_id = {r.id: r for r in records}
     for decision in await backend.decide_conflicts(model, pairs[:40], now=now):
         old, new = by_id.get(decision.old_id), by_id.get(decision.new_id)
-        if old is None or new is None:
+        if old is None or new is None or not same_scope(old, new):
             continue
         if decision.action == "supersede":
             plan.supersedes.append(Supersede(old.id, new.id, new.valid_from or new.created_at, decision.reason or "model"))

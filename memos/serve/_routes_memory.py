@@ -27,7 +27,7 @@ from memos.store.scope import Scope
 
 from .deps import Caller, CallerDep
 from .errors import ApiError
-from .tenancy import check_admin
+from .tenancy import RECHECK_SECONDS, check_admin
 
 __all__ = ["MAX_BUDGET", "MAX_K", "MAX_LIST", "MAX_MESSAGES", "record_json", "router"]
 
@@ -102,11 +102,16 @@ async def get_record(caller: CallerDep, store: Store, record_id: str) -> dict[st
     return record_json(await caller.memory.get(caller.scope, store, record_id))
 
 
-@router.patch("/stores/{store}/{record_id}", tags=["records"], summary="Change fields of a record (audited).")
-async def update_record(caller: CallerDep, store: Store, record_id: str, changes: RecordBody) -> dict[str, Any]:
+@router.patch("/stores/{store}/{record_id}", tags=["records"],
+              summary="Change fields of a record (audited). A vault item's secret or sensitivity needs a key whose clearance "
+                      "reaches the item's sensitivity; lowering it also needs the admin key in X-Memos-Approval, as a reveal does.")
+async def update_record(caller: CallerDep, store: Store, record_id: str, changes: RecordBody,
+                        approval: Annotated[str | None, Header(alias="X-Memos-Approval")] = None) -> dict[str, Any]:
     if not changes:
         raise ApiError(422, "invalid_record", "send the fields to change, e.g. {\"importance\": 0.9}")
-    updated = await caller.memory.update(caller.scope, store, record_id, changes, actor=caller.actor)
+    approved_by = f"operator for {caller.actor}" if check_admin(approval, caller.state.config.admin_key) else None
+    updated = await caller.memory.update(caller.scope, store, record_id, changes, actor=caller.actor,
+                                         clearance=caller.key.clearance, approved_by=approved_by)
     caller.state.bus.publish(caller.scope, "update", store=updated.memory_type, ids=[updated.id])
     return record_json(updated)
 
@@ -206,8 +211,26 @@ async def chat(caller: CallerDep, body: ChatBody) -> Any:
     scope = caller.session_scope(body.session_id)
     turn = _chat_turn(caller, scope, model, body.message)
     if not body.stream:
-        return await turn
-    return StreamingResponse(_chat_events(turn), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+        return await _while_key_valid(caller, turn)
+    return StreamingResponse(_chat_events(caller, turn), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+
+_KEY_REVOKED = ("key_revoked", "this API key was revoked while the request ran; the turn was stopped")
+
+
+async def _while_key_valid(caller: Caller, work: Any) -> Any:
+    """Run `work`, re-checking the caller's key every `RECHECK_SECONDS`: a revocation stops it (401)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=RECHECK_SECONDS)
+            if not task.done() and not await caller.key_valid():
+                task.cancel()
+                raise ApiError(401, *_KEY_REVOKED)
+        return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 async def _chat_turn(caller: Caller, scope: Scope, model: Any, message: str) -> dict[str, Any]:
@@ -221,13 +244,19 @@ async def _chat_turn(caller: Caller, scope: Scope, model: Any, message: str) -> 
                         "budget": report.context.budget} if report else None}
 
 
-async def _chat_events(turn: Any) -> AsyncIterator[str]:
+async def _chat_events(caller: Caller, turn: Any) -> AsyncIterator[str]:
     task = asyncio.ensure_future(turn)
     yield "event: started\ndata: {}\n\n"
     while not task.done():
-        await asyncio.wait({task}, timeout=1.0)
-        if not task.done():
-            yield ": working\n\n"
+        await asyncio.wait({task}, timeout=RECHECK_SECONDS)
+        if task.done():
+            break
+        if not await caller.key_valid():
+            task.cancel()
+            kind, message = _KEY_REVOKED
+            yield f"event: error\ndata: {json.dumps({'type': kind, 'message': message})}\n\n"
+            return
+        yield ": working\n\n"
     try:
         result = task.result()
     except ApiError as exc:

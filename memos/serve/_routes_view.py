@@ -17,6 +17,7 @@ from memos.context.session import MemorySession
 from ._routes_memory import record_json
 from .deps import CallerDep
 from .events import sse_lines
+from .tenancy import RECHECK_SECONDS
 
 __all__ = ["GRAPH_TYPES", "STATIC", "router"]
 
@@ -95,9 +96,11 @@ def _first(record: Any, *fields: str) -> Any:
     return None
 
 
-@router.get("/v1/events", tags=["view"], summary="Server-sent events: every write to the caller's scope made through this server.")
+@router.get("/v1/events", tags=["view"], summary="Server-sent events: every write to the caller's scope made through this server "
+            "(a revoked key's stream ends with a 'revoked' event within seconds).")
 async def events(caller: CallerDep) -> StreamingResponse:
-    return StreamingResponse(sse_lines(caller.state.bus.stream(caller.scope)), media_type="text/event-stream",
+    changes = caller.state.bus.stream(caller.scope, alive=caller.key_valid, check_every=RECHECK_SECONDS)
+    return StreamingResponse(sse_lines(changes), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 

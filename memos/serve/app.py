@@ -16,13 +16,17 @@ from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from .deps import Caller, ServeConfig, ServerState, get_caller, get_state, require_admin
-from .errors import ApiError, error_body, install_error_handlers
+from .errors import error_body, install_error_handlers
 
 __all__ = ["BodyLimit", "Caller", "ServeConfig", "ServerState", "create_app", "get_caller", "get_state", "require_admin"]
 
 
 class BodyLimit:
-    """ASGI middleware: refuse a body past `limit` bytes (413) before a route reads it whole."""
+    """ASGI middleware: refuse a body past `limit` bytes (413) before a route reads any of it.
+
+    The bytes that arrive are counted, whatever Content-Length says or when there is none (a
+    chunked body): the body is read here, at most `limit` bytes kept, and handed to the route
+    only once it is known to fit."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -34,24 +38,33 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await _send_json(send, 413, error_body("body_too_large", self._message()))
+            await self._refuse(send)
             return
+        chunks: list[bytes] = []
         seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise ApiError(413, "body_too_large", self._message())
-            return message
+            if message["type"] != "http.request":
+                return  # the client left before its body was whole: nothing to answer
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:  # the server drops the rest of the body as it arrives
+                await self._refuse(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        whole: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
-        await self.app(scope, limited, send)
+        async def replay() -> Message:
+            return whole.pop() if whole else await receive()  # then what comes after the body (a disconnect)
 
-    def _message(self) -> str:
-        return (f"the request body is over {self.limit:,} bytes; send fewer records per request "
-                "or split a long document into several resource records")
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        message = (f"the request body is over {self.limit:,} bytes; send fewer records per request "
+                   "or split a long document into several resource records")
+        await _send_json(send, 413, error_body("body_too_large", message))
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from memos.store.scope import Scope
 
 from .errors import ApiError
 from .events import EventBus
-from .tenancy import ApiKey, Tenants, check_admin
+from .tenancy import RECHECK_SECONDS, ApiKey, Tenants, check_admin, hash_token
 
 __all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "ServeConfig", "ServerState", "get_caller", "get_state", "require_admin"]
 
@@ -91,6 +91,8 @@ class Caller:
     memory: MemoryOS
     key: ApiKey
     state: ServerState
+    digest: str
+    """The key's hash (how `Tenants` finds it again while a long request runs)."""
 
     @property
     def scope(self) -> Scope:
@@ -103,6 +105,12 @@ class Caller:
     def session_scope(self, session_id: str) -> Scope:
         return Scope(self.key.user_id, self.key.agent_id or "", session_id)
 
+    async def key_valid(self) -> bool:
+        """Whether the key is still there (read at most `RECHECK_SECONDS` ago): what an open
+        stream or a running request asks every `RECHECK_SECONDS`, so a revocation ends it."""
+        assert self.state.tenants is not None
+        return await self.state.tenants.lookup(self.digest, max_age=RECHECK_SECONDS) is not None
+
 
 async def get_caller(request: Request) -> Caller:
     state = get_state(request)
@@ -111,10 +119,11 @@ async def get_caller(request: Request) -> Caller:
         raise ApiError(401, "unauthorized", "send your API key as 'Authorization: Bearer <key>'; an admin makes keys "
                        "with POST /admin/keys or `memos keys create`")
     memory, tenants = await state.ready()
-    key = await tenants.resolve(token)
+    digest = hash_token(token)
+    key = await tenants.lookup(digest)
     if key is None:
         raise ApiError(401, "unauthorized", "this API key is unknown or revoked; ask the admin for a new one")
-    return Caller(memory, key, state)
+    return Caller(memory, key, state, digest)
 
 
 async def require_admin(request: Request) -> ServerState:

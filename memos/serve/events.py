@@ -4,14 +4,15 @@ Every write the API makes publishes one small event (what, which store, which re
 each open `/v1/events` stream receives the events of its key's scope only. The bus is in
 process: with several server processes on one store, a view sees at once the writes made
 through its own process and the others' on its next refresh (the view also refreshes itself
-every few seconds while its tab is open).
+every few seconds while its tab is open). A stream lives only as long as its key: it re-checks
+the key before each event and every few seconds, and ends with a `revoked` event once it is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -41,15 +42,34 @@ class EventBus:
                 except asyncio.QueueFull:
                     pass  # a stalled viewer misses events; it refreshes on the next one it gets
 
-    async def stream(self, scope: Scope) -> AsyncIterator[dict[str, Any] | None]:
-        """Events for `scope` as they come; None on a quiet interval (a heartbeat)."""
+    async def stream(self, scope: Scope, *, alive: Callable[[], Awaitable[bool]] | None = None,
+                     check_every: float = HEARTBEAT_SECONDS) -> AsyncIterator[dict[str, Any] | None]:
+        """Events for `scope` as they come; None on a quiet interval (a heartbeat).
+
+        `alive` (the caller's key check) is asked before each event and at least every
+        `check_every` seconds; once it says no, a last `revoked` event ends the stream, so no
+        event written after a revocation reaches a stream its process knows to be revoked."""
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_SIZE)
         self._queues[queue] = scope
+        wait = min(check_every, HEARTBEAT_SECONDS) if alive is not None else HEARTBEAT_SECONDS
+        quiet = 0.0
         try:
             while True:
                 try:
-                    yield await asyncio.wait_for(queue.get(), HEARTBEAT_SECONDS)
+                    event: dict[str, Any] | None = await asyncio.wait_for(queue.get(), wait)
                 except TimeoutError:
+                    event = None
+                if alive is not None and not await alive():
+                    yield {"kind": "revoked", "at": datetime.now(UTC).isoformat(),
+                           "message": "this API key was revoked; the stream ends"}
+                    return
+                if event is not None:
+                    quiet = 0.0
+                    yield event
+                    continue
+                quiet += wait
+                if quiet >= HEARTBEAT_SECONDS:
+                    quiet = 0.0
                     yield None
         finally:
             self._queues.pop(queue, None)

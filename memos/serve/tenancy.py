@@ -9,13 +9,16 @@ reveal, and then only with an operator's approval; see `memos.serve._routes_memo
 Keys live in the store's state (its meta table, through `MemoryOS.state`) (`apikey:<hash>` entries), not in a sidecar file: several
 server processes on one store, on a disk or on object storage, then share the keys with no
 state but the store. Each process caches what it read for `CACHE_SECONDS`, so a revoked key
-stops working everywhere within that time (at once in the process that revoked it); a new key
-works at once in the process that made it and in the others within about 1.5 s (the store's
-read-consistency interval plus `MISS_SECONDS`).
+stops working everywhere within that time plus the store's 1 s read-consistency interval (at
+once in the process that revoked it); a new key works at once in the process that made it and
+in the others within about 1.5 s (the read-consistency interval plus `MISS_SECONDS`). A request
+that is still running (an open event stream, a chat turn) re-checks its key every
+`RECHECK_SECONDS` against keys read at most that long ago, and ends once it is revoked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -30,11 +33,16 @@ from memos.store.scope import Scope, validate_value
 if TYPE_CHECKING:
     from memos.memory import MemoryOS
 
-__all__ = ["ApiKey", "CACHE_SECONDS", "KEY_PREFIX", "MISS_SECONDS", "Tenants", "check_admin", "hash_token"]
+__all__ = ["ApiKey", "CACHE_SECONDS", "KEY_PREFIX", "MISS_SECONDS", "RECHECK_SECONDS", "Tenants", "check_admin", "hash_token"]
 
 KEY_PREFIX = "apikey:"
-CACHE_SECONDS = 5.0
+CACHE_SECONDS = 3.0
+"""How long a process trusts the keys it read: with the store's 1 s read consistency, a key
+revoked in another process is refused within 4 s (the promise is 5 s)."""
 MISS_SECONDS = 0.5
+RECHECK_SECONDS = 1.0
+"""How often an open stream or a running request re-checks its key, each time against keys read
+at most this long ago (one read of the keys per interval in a process, however many streams)."""
 Clearance = Literal["none", "low", "medium", "high"]
 
 
@@ -61,7 +69,8 @@ class ApiKey:
     """None: every agent of the user; a name: only that agent's records and core blocks."""
     name: str = ""
     clearance: Clearance = "none"
-    """The most sensitive vault level this key may reveal (with approval); "none": no reveals."""
+    """The most sensitive vault level this key may reveal (with approval) and whose items' secret or
+    sensitivity it may change (lowering one with approval); "none": neither."""
     created_at: str = ""
 
     @property
@@ -81,6 +90,9 @@ class Tenants:
         self.cache_seconds = cache_seconds
         self._keys: dict[str, ApiKey] = {}
         self._read_at = float("-inf")
+        self._reading = asyncio.Lock()
+        """Held while the keys are read or changed: a read that began before a revocation never
+        puts the revoked key back, and concurrent checks share one read."""
 
     async def create(self, user_id: str, *, agent_id: str | None = None, name: str = "",
                      clearance: Clearance = "none") -> tuple[str, ApiKey]:
@@ -91,37 +103,52 @@ class Tenants:
         token = "mk_" + secrets.token_urlsafe(32)
         digest = hash_token(token)
         key = ApiKey(digest[:12], user_id, agent_id, name[:200], clearance, datetime.now(UTC).isoformat(timespec="seconds"))
-        await self.memory.set_state(KEY_PREFIX + digest, json.dumps(key.public()))
-        self._keys[digest] = key
+        async with self._reading:
+            await self.memory.set_state(KEY_PREFIX + digest, json.dumps(key.public()))
+            self._keys[digest] = key
         return token, key
 
     async def list(self, user_id: str | None = None) -> list[ApiKey]:
         """Every key (or a user's), oldest first."""
-        await self._reload()
+        await self._refresh()
         keys = [k for k in self._keys.values() if user_id in (None, k.user_id)]
         return sorted(keys, key=lambda k: (k.created_at, k.key_id))
 
     async def revoke(self, key_id: str) -> bool:
         """Delete the key whose id is `key_id`; False if there is none."""
-        await self._reload()
-        digests = [d for d, k in self._keys.items() if k.key_id == key_id]
-        if not digests:
-            return False
-        await self.memory.delete_state([KEY_PREFIX + d for d in digests])
-        for digest in digests:
-            self._keys.pop(digest, None)
+        async with self._reading:
+            await self._reload()
+            digests = [d for d, k in self._keys.items() if k.key_id == key_id]
+            if not digests:
+                return False
+            await self.memory.delete_state([KEY_PREFIX + d for d in digests])
+            for digest in digests:
+                self._keys.pop(digest, None)
         return True
 
     async def resolve(self, token: str) -> ApiKey | None:
         """The key a request presented, or None if it is unknown or revoked."""
-        digest = hash_token(token)
-        age = time.monotonic() - self._read_at
-        # a key made by another process is seen within MISS_SECONDS (unknown tokens cannot force more reads)
-        if age > self.cache_seconds or (digest not in self._keys and age > MISS_SECONDS):
-            await self._reload()
+        return await self.lookup(hash_token(token))
+
+    async def lookup(self, digest: str, *, max_age: float | None = None) -> ApiKey | None:
+        """The key whose hash is `digest`, or None if it is unknown or revoked, checked against keys
+        read at most `max_age` seconds ago (default `CACHE_SECONDS`)."""
+        limit = self.cache_seconds if max_age is None else min(max_age, self.cache_seconds)
+        if digest not in self._keys:  # a key made by another process is seen within MISS_SECONDS
+            limit = min(limit, MISS_SECONDS)  # (unknown tokens cannot force more reads than that)
+        if time.monotonic() - self._read_at > limit:
+            await self._refresh(limit)
         return self._keys.get(digest)
 
+    async def _refresh(self, older_than: float | None = None) -> None:
+        """Read the keys again, unless `older_than` is given and a read that began less than that
+        many seconds ago (perhaps one this call waited for) already did."""
+        async with self._reading:
+            if older_than is None or time.monotonic() - self._read_at > older_than:
+                await self._reload()
+
     async def _reload(self) -> None:
+        started = time.monotonic()
         meta = await self.memory.state()
         keys = {}
         for entry, value in meta.items():
@@ -129,4 +156,4 @@ class Tenants:
                 data = json.loads(value)
                 keys[entry[len(KEY_PREFIX):]] = ApiKey(**data)
         self._keys = keys
-        self._read_at = time.monotonic()
+        self._read_at = started

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from memos.memtypes import MemoryRecord
+
 from .history import HistoryEntry
 from .read_cache import ReadCache
 

@@ -5,20 +5,22 @@ the existing indexes and prunes old versions past `cleanup_older_than`. Index bu
 `memos.store.lancedb.indexing.ensure_indexes` (scope-column B-trees, and a vector ANN index once a table is
 large enough). Afterwards the freed heap goes back to the operating system (`memos.store.lancedb._malloc`).
 Commit conflicts with concurrent writers are retried (`Storage.write`), never dropped; a purge that
-`Storage.purge_old_versions` had to defer is finished here.
+`Storage.purge_old_versions` had to defer is finished here, and so are deletes and history rows
+that a stopped process left unfinished (`memos.store.lancedb.deletion`, `memos.jobs.audit`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from memos.jobs.audit import repair_history
 
 from ._malloc import release_free_memory
 from .compaction import KEEP_VERSIONS
+from .deletion import finish_deletes
 from .errors import is_conflict
 from .indexing import MAX_INDEX_PARTS, ensure_indexes
 from .search_index import SEARCH_TABLE
@@ -58,13 +60,16 @@ async def compact_tables(storage: Storage, *, cleanup_older_than: timedelta = KE
 
 
 async def maintain(storage: Storage, *, min_rows: int | None = None, cleanup_older_than: timedelta = KEEP_VERSIONS,
-                   max_index_parts: int = MAX_INDEX_PARTS) -> dict[str, Any]:
+                   max_index_parts: int = MAX_INDEX_PARTS, now: datetime | None = None) -> dict[str, Any]:
     """Compact every table, then make sure the indexes a table of its size needs exist (and
-    build a vector index in more than `max_index_parts` parts again: `memos.store.lancedb.indexing`)."""
+    build a vector index in more than `max_index_parts` parts again: `memos.store.lancedb.indexing`); finish
+    the deletes a stopped process cut short (`memos.store.lancedb.deletion`) and repair the history of writes
+    abandoned before `now` minus `REPAIR_GRACE` (`memos.jobs.audit`; `now`: the wall clock by default)."""
     compaction = await compact_tables(storage, cleanup_older_than=cleanup_older_than)
     indexes = await ensure_indexes(storage, min_rows=min_rows, max_parts=max_index_parts)
     purge = await storage.finish_deferred_purge()
-    repaired = await repair_history(storage)
+    deletes = await finish_deletes(storage)
+    repaired = await repair_history(storage, now=now)
     if storage.search.table is not None:
         await storage.search.check()  # a mirror write another process missed (memos.store.lancedb.search_index)
     release_free_memory()
@@ -72,6 +77,8 @@ async def maintain(storage: Storage, *, min_rows: int | None = None, cleanup_old
     out: dict[str, Any] = {"compaction": compaction, "indexes": indexes}
     if purge is not None:
         out["deferred_purge"] = purge
+    if deletes:
+        out["deletes_finished"] = deletes
     if repaired:
         out["history_repaired"] = repaired
     return out
