@@ -18,4 +18,7 @@ def parse_when(value: str | None, name: str) -> datetime | None:
         when = datetime.fromisoformat(value.strip())
     except (TypeError, ValueError):
         raise ModelRetry(f"{name}={value!r} is not a date; use ISO format like 2024-05-01 or 2024-05-01T14:30") from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
+    try:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+14:00: before year 1 once in UTC
+        raise ModelRetry(f"{name}={value!r} is outside the years 1 to 9999 once taken to UTC; send a date within them") from None

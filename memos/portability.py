@@ -23,9 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from memos.store.scope import Scope
 
+from pydantic import ValidationError
+
+from . import validation as check
 from .crypto import VaultCipher
-from .exceptions import ConfigError, InvalidRecordError
+from .exceptions import ConfigError, InvalidFilterError, InvalidRecordError
 from .memtypes import new_id
+from memos.store.scope import validate_value
 
 if TYPE_CHECKING:
     from .memory import MemoryOS
@@ -50,8 +54,13 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
                        source_key: bytes | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
     """Load an export; `user_id` re-homes it to another user. Returns counts per kind.
 
-    `progress(done, total)` is called as records are embedded and written (batches of 256)."""
+    Every line is checked first, as the public API checks its arguments (a record against its
+    type and the facade's limits, a history row for the fields the audit trail reads): a bad
+    one is an error naming the line, and nothing is written. `progress(done, total)` is called
+    as records are embedded and written (batches of 256)."""
     source = VaultCipher.from_key(source_key) if source_key else None
+    if user_id is not None:
+        validate_value(user_id, "user_id")
     header: dict[str, Any] | None = None
     by_type: dict[str, list[Any]] = {}
     history: list[dict[str, Any]] = []
@@ -59,39 +68,27 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidRecordError(f"line {number}: not JSON ({exc.msg})") from None
-        kind = item.get("kind") if isinstance(item, dict) else None
+            kind, value = _read_line(memory, line, user_id)
+        except InvalidRecordError as exc:
+            raise InvalidRecordError(f"line {number}: {exc}") from None
+        except ConfigError as exc:  # a bad id or user (a filter error), an unknown store, not an export
+            raise (InvalidFilterError if isinstance(exc, InvalidFilterError) else ConfigError)(f"line {number}: {exc}") from None
         if kind == "header":
-            if item.get("format") != FORMAT:
-                raise ConfigError(f"line {number}: not a {FORMAT} export")
-            header = item
+            header = value
         elif kind == "record":
-            record_type = memory.record_type(item.get("memory_type", ""))
-            data = dict(item["record"])
-            if user_id:
-                data["user_id"] = user_id
-            try:
-                record = record_type.model_validate(data)
-            except ValueError as exc:
-                raise InvalidRecordError(f"line {number}: invalid {record_type.memory_type} record: {exc}") from None
-            by_type.setdefault(record_type.memory_type, []).append((record, item["record"]))
-        elif kind == "history":
-            row = dict(item["row"])
-            if user_id:
-                row["user_id"] = user_id
-            history.append(row)
+            by_type.setdefault(value[0].memory_type, []).append(value)
         else:
-            raise InvalidRecordError(f"line {number}: unknown kind {kind!r}")
+            history.append(value)
     if header is None:
         raise ConfigError(f"no {FORMAT} header: not a memos export")
     counts = {"records": 0, "history": 0, "reassigned": 0}
     renamed = await _foreign_ids(memory, by_type)
     counts["reassigned"] = len(renamed)
-    total = sum(len(pairs) for pairs in by_type.values())
-    for name, pairs in by_type.items():
-        records = [_rekey(memory, _renamed(record, renamed), original, source) for record, original in pairs]
+    # vault secrets are re-encrypted before the first write: a missing source key changes nothing
+    ready = {name: [_rekey(memory, _renamed(record, renamed), original, source) for record, original in pairs]
+             for name, pairs in by_type.items()}
+    total = sum(len(records) for records in ready.values())
+    for name, records in ready.items():
         for start in range(0, len(records), 256):
             batch = records[start:start + 256]
             await memory.put_stored(name, batch)
@@ -99,15 +96,61 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
             if progress:
                 progress(counts["records"], total)
     if history:
-        taken = await _taken_history_ids(memory, [str(r.get("id", "")) for r in history])
+        taken = await _taken_history_ids(memory, [r["id"] for r in history])
         for row in history:
-            record_id = row.get("record_id")
-            row["record_id"] = None if record_id is None else renamed.get(record_id, record_id)
-            if row.get("id") in taken and taken[row["id"]] != row.get("user_id"):
+            row["record_id"] = renamed.get(row["record_id"], row["record_id"])
+            if row["id"] in taken and taken[row["id"]] != row["user_id"]:
                 row["id"] = new_id()  # another user's audit row: never overwritten
-        await memory.restore_history([_history_row(r) for r in history])
+        await memory.restore_history(history)
         counts["history"] = len(history)
     return counts
+
+
+def _read_line(memory: MemoryOS, line: str, user_id: str | None) -> tuple[str, Any]:
+    """One export line checked: ("header", the header), ("record", (record, as exported)) or
+    ("history", the row ready to store)."""
+    try:
+        item = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidRecordError(f"not JSON ({getattr(exc, 'msg', 'nested too deeply')})") from None
+    if not isinstance(item, dict):
+        raise InvalidRecordError(f"expected a JSON object with a 'kind' (header, record or history), got a JSON {_json_name(item)}")
+    kind = item.get("kind")
+    if kind == "header":
+        if item.get("format") != FORMAT:
+            raise ConfigError(f"not a {FORMAT} export")
+        return kind, item
+    if kind == "record":
+        return kind, _read_record(memory, item, user_id)
+    if kind == "history":
+        row = item.get("row")
+        if not isinstance(row, dict):
+            raise InvalidRecordError(f"a history line needs a 'row' object, got a JSON {_json_name(row)}")
+        return kind, check.check_history_row({**row, "user_id": user_id} if user_id else row)
+    raise InvalidRecordError(f"unknown kind {kind!r} (header, record or history)")
+
+
+def _read_record(memory: MemoryOS, item: dict[str, Any], user_id: str | None) -> tuple[Any, dict[str, Any]]:
+    """A record line as the record it stores (checked like `MemoryOS.add` checks one) and as exported."""
+    name, original = item.get("memory_type"), item.get("record")
+    if not isinstance(name, str):
+        raise InvalidRecordError(f"a record line needs a 'memory_type' (a store name), got a JSON {_json_name(name)}")
+    record_type = memory.record_type(name)
+    if not isinstance(original, dict):
+        raise InvalidRecordError(f"a record line needs a 'record' object, got a JSON {_json_name(original)}")
+    try:
+        record = record_type.model_validate({**original, "user_id": user_id} if user_id else original)
+    except ValidationError as exc:
+        raise InvalidRecordError(f"invalid {record_type.memory_type} record: {check.describe_errors(exc)}") from None
+    check.check_record(record)
+    Scope(record.user_id, record.agent_id, record.session_id)  # every stored record has an owner
+    return record, original
+
+
+def _json_name(value: object) -> str:
+    """What JSON calls `value`'s type (an error reads "got a JSON list", not "got list")."""
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 async def _foreign_ids(memory: MemoryOS, by_type: dict[str, list[Any]]) -> dict[str, str]:
@@ -149,7 +192,7 @@ def _rekey(memory: MemoryOS, record: Any, original: dict[str, Any], source: Vaul
         token = getattr(record, field)
         if not token:
             continue
-        old_aad = f"{record.memory_type}|{original['id']}|{original['user_id']}".encode()
+        old_aad = f"{record.memory_type}|{original.get('id', record.id)}|{original.get('user_id', record.user_id)}".encode()
         new_aad = memory.associated_data(record)
         if old_aad == new_aad and memory.cipher().can_decrypt(token):
             continue
@@ -159,15 +202,6 @@ def _rekey(memory: MemoryOS, record: Any, original: dict[str, Any], source: Vaul
             raise ConfigError("this export's vault secrets were made with another key or user; pass the source key to re-encrypt them")
         updates[field] = memory.cipher().encrypt(source.decrypt(token, old_aad), new_aad)
     return record.model_copy(update=updates)
-
-
-def _history_row(row: dict[str, Any]) -> dict[str, Any]:
-    from datetime import datetime
-
-    out = dict(row)
-    if isinstance(out.get("at"), str):
-        out["at"] = datetime.fromisoformat(out["at"])
-    return out
 
 
 async def forget_user(memory: MemoryOS, user_id: str) -> dict[str, int]:

@@ -32,6 +32,7 @@ from .exceptions import (
 from .memtypes import MemoryRecord
 from .telemetry import span
 from .tokens import Tokenizer
+from .time_bounds import shift
 from .vault import Vault
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ class RecordAccess:
     def stamp(self, record: MemoryRecord) -> datetime:
         """The `updated_at` of a new version of `record`: now, and always later than the version
         read, so the next conditional write can tell the two apart even under a stopped clock."""
-        return max(self.clock(), record.updated_at + timedelta(microseconds=1))
+        return max(self.clock(), shift(record.updated_at, timedelta(microseconds=1)))
 
     @staticmethod
     async def _optimistic(attempt: Callable[[], Any]) -> Any:

@@ -37,6 +37,7 @@ from .exceptions import (
 )
 from .ingest import Message, episodes_from_messages
 from .memtypes import Episode, MemoryRecord, new_id
+from .time_bounds import shift
 from .vault import Vault
 
 if TYPE_CHECKING:
@@ -289,7 +290,7 @@ class KernelServices(RecordAccess):
         when None), oldest first by when they were added."""
         name = self.record_type(memory_type).memory_type
         where = Where(check.check_scope(scope)).status_in(("active",)).time_range(
-            "created_at", since + timedelta(microseconds=1) if since else None, None)
+            "created_at", shift(since, timedelta(microseconds=1)) if since else None, None)
         table = self.storage.type_table(name)
         records = sorted((table.to_record(r) for r in await self.storage.rows(name, where.build())), key=lambda r: (r.created_at, r.id))
         return [self._redact(r) for r in records]

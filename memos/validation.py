@@ -10,6 +10,7 @@ documented ones: text fields up to `MAX_TEXT_CHARS`, a query up to `MAX_QUERY_CH
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, overload
@@ -24,6 +25,7 @@ from .memtypes import MemoryRecord
 R = TypeVar("R", bound=MemoryRecord)
 
 __all__ = [
+    "HISTORY_REQUIRED",
     "IMMUTABLE_FIELDS",
     "MAX_BATCH",
     "MAX_BUDGET_TOKENS",
@@ -33,6 +35,7 @@ __all__ = [
     "check_bool",
     "check_budget",
     "check_changes",
+    "check_history_row",
     "check_int",
     "check_query",
     "check_record",
@@ -221,6 +224,54 @@ def check_secret_not_exposed(record: MemoryRecord, clear: Mapping[str, str]) -> 
                 raise InvalidRecordError(
                     f"a {record.memory_type} item's {name} must not contain its {field}: the {name} is embedded, "
                     f"indexed and shown in clear; describe the item instead (e.g. 'bank card PIN')")
+
+
+HISTORY_REQUIRED = ("id", "record_id", "memory_type", "user_id", "op", "at")
+"""The fields every history row has: the audit pass and `history` read them."""
+_HISTORY_TEXT = ("actor", "agent_id", "session_id")
+_HISTORY_OPTIONAL = ("before", "after", "note")
+
+
+def check_history_row(row: object) -> dict[str, Any]:
+    """An audit row from outside (an import): a JSON object with the history table's fields, the
+    required ones set; returned ready to store (`at` in UTC, unset text fields empty).
+
+    The audit pass and `history` read every stored row, so a row they could not read (no user,
+    op or time) is refused here rather than stored."""
+    if not isinstance(row, Mapping):
+        raise InvalidRecordError(f"a history row must be a JSON object, got {type(row).__name__}")
+    unknown = sorted(str(k) for k in set(row) - {*HISTORY_REQUIRED, *_HISTORY_TEXT, *_HISTORY_OPTIONAL})
+    if unknown:
+        raise InvalidRecordError(f"a history row has unknown fields {unknown}")
+    missing = [name for name in HISTORY_REQUIRED if row.get(name) in (None, "")]
+    if missing:
+        raise InvalidRecordError(f"a history row needs {', '.join(HISTORY_REQUIRED)}; this one has no {', '.join(missing)}")
+    out: dict[str, Any] = {"id": validate_record_id(row["id"]), "record_id": validate_record_id(row["record_id"]),
+                           "user_id": validate_value(row["user_id"], "user_id")}
+    for name in ("memory_type", "op"):
+        out[name] = check_text(row[name], f"history {name}", limit=100)
+    for name in _HISTORY_TEXT:
+        out[name] = validate_value(row.get(name) or "", f"history {name}", allow_empty=True)
+    for name in _HISTORY_OPTIONAL:
+        value = row.get(name)
+        out[name] = None if value is None else check_text(value, f"history {name}")
+    for name in ("before", "after"):
+        try:
+            if out[name] is not None and not isinstance(json.loads(out[name]), dict | None):
+                raise ValueError
+        except ValueError:
+            raise InvalidRecordError(f"history {name} must be a record as JSON text (or null)") from None
+    at = row["at"]
+    if isinstance(at, str):
+        try:
+            at = datetime.fromisoformat(at)
+        except ValueError:
+            raise InvalidRecordError(f"history at {at[:40]!r} is not an ISO date and time") from None
+    try:
+        out["at"] = check_time(at, "history at")
+    except InvalidFilterError as exc:
+        raise InvalidRecordError(str(exc)) from None
+    return out
 
 
 def describe_errors(exc: ValidationError) -> str:

@@ -25,9 +25,9 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["BASE_FIELDS", "MemoryRecord", "RecordStatus", "new_id", "utcnow"]
 
@@ -121,6 +121,18 @@ class MemoryRecord(BaseModel):
     @classmethod
     def _no_blank_items(cls, value: list[str]) -> list[str]:
         return [v for v in value if v]
+
+    @model_validator(mode="after")
+    def _dates_in_range(self) -> Self:
+        """Every date is stored in UTC: one whose offset takes it before year 1 or past 9999
+        (0001-01-01 01:00+14:00) names no storable instant and is refused here, not on write."""
+        for name, value in self.__dict__.items():
+            if isinstance(value, datetime) and value.utcoffset():
+                try:
+                    value.astimezone(UTC)
+                except OverflowError:
+                    raise ValueError(f"{name} {value.isoformat()} is outside the years 1 to 9999 once taken to UTC") from None
+        return self
 
     def index_text(self) -> str:
         """The text to embed and full-text index. Must not include secret fields."""

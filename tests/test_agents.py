@@ -10,7 +10,7 @@ from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memos.agents import ChatAgent, MemoryManager, memory_capability
+from memos.agents import MemoryManager, memory_capability
 from memos import MemoryOS, Scope
 from memos.memtypes import Fact
 

@@ -15,7 +15,7 @@ from memos.cli import app
 from memos.store.lancedb.indexing import ensure_indexes
 from memos.store.lancedb.search_index import SEARCH_TABLE
 from memos.crypto import VaultKeyError, generate_key, write_key_file
-from memos.portability import export_scope, forget_user, import_lines
+from memos.portability import export_scope, import_lines
 from memos.memtypes import Episode, Fact, VaultItem
 
 SECRET = "correct-horse-battery-staple-991"

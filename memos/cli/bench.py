@@ -141,7 +141,7 @@ def faults(
 ) -> None:
     """Two servers, concurrent writers, a consolidating worker and SIGKILLed servers on one store:
     every acknowledged write read back (0 lost, duplicated, resurrected, orphaned history, cross-agent)."""
-    from ..bench.faults import run_fault_bench
+    from memos.bench.faults import run_fault_bench
 
     if embedder not in ("none", "local"):
         fail(f"unknown --embedder {embedder!r}; use 'none' or 'local'")

@@ -42,6 +42,7 @@ from memos.store.protocol import Store
 from memos.store.scope import Scope, Where, sql_string, validate_record_id
 
 from .extraction import extract_mentions, query_names
+from memos.validation import check_time
 
 if TYPE_CHECKING:
     from memos.embeddings import TextEmbedder
@@ -140,6 +141,7 @@ class EntityGraph:
 
     async def relations(self, scope: Scope, entity: Entity | None = None, *, at: datetime | None = None) -> list[Relation]:
         """Relations (of `entity`, if given) true now, or true at `at` (closed ones included)."""
+        at = check_time(at, "at")  # naive means UTC, as stored
         statuses = ("active",) if at is None else ("active", "superseded")
         where = Where(scope).status_in(statuses)
         if entity is not None:
@@ -224,7 +226,7 @@ class EntityGraph:
         predicate = " ".join(predicate.split())
         if not predicate or not normal_name(subject) or not obj.strip():
             raise InvalidRecordError("a relation needs a subject, a predicate and an object")
-        when = valid_from or self.memory.clock()
+        when = check_time(valid_from, "valid_from") or self.memory.clock()
         try:  # everything is checked before the first write: a refused relation changes nothing
             Relation(subject=subject.strip(), predicate=predicate, object=obj.strip(), valid_from=when, source_ids=list(source_ids))
             for name in (subject, obj) if object_is_entity else (subject,):
@@ -255,7 +257,7 @@ class EntityGraph:
         rel = await self.memory.get(scope, Relation, relation_id)
         if rel.valid_to is not None or rel.status != "active":
             raise InvalidRecordError(f"relation {relation_id} is already closed")
-        end = when or self.memory.clock()
+        end = check_time(when, "when") or self.memory.clock()
         if rel.valid_from is not None and end < rel.valid_from:
             raise InvalidRecordError(f"a relation cannot end ({end:%Y-%m-%d}) before it started ({rel.valid_from:%Y-%m-%d})")
         return await self._close(rel, end, None, actor)

@@ -30,6 +30,7 @@ from memos.store.protocol import Store
 from memos.store.scope import Scope, Where
 
 from .ranking import Hit
+from memos.time_bounds import shift
 
 __all__ = ["antecedent", "asks", "exchange_partners", "refers_back", "reply_at", "session_turns", "with_replies"]
 
@@ -65,7 +66,7 @@ async def with_replies(storage: Store, scope: Scope, statuses: tuple[str, ...], 
         return hits
     reach = timedelta(minutes=window_minutes)
     turns = await session_turns(storage, scope, statuses, turns_store,
-                                [(a.record.event_time() - reach, a.record.event_time() + reach) for a in anchors])
+                                [(shift(a.record.event_time(), -reach), shift(a.record.event_time(), reach)) for a in anchors])
     brought: dict[str, list[Hit]] = {}
     for anchor in anchors:
         # only the turns within the anchor's own window: all of them were read, so neighbours

@@ -31,6 +31,7 @@ from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
 from .speakers import SpeakerTally, favour_speakers, named_speakers, without_speakers
 from .temporal import parse_time_window
+from memos.time_bounds import shift
 
 __all__ = ["RowView", "SearchRequest", "for_language", "fts_query", "interleave", "question_parts", "scope_speakers", "search"]
 
@@ -380,7 +381,7 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
         return hits
     reach = timedelta(minutes=policy.neighbour_window_minutes)
     by_session = await session_turns(storage, request.scope, request.statuses, turns_store,
-                                     [(a.record.event_time() - reach, a.record.event_time() + reach) for a in anchors])
+                                     [(shift(a.record.event_time(), -reach), shift(a.record.event_time(), reach)) for a in anchors])
     extra: dict[str, list[Hit]] = {}
     for anchor in anchors:
         turns = by_session.get((anchor.record.user_id, anchor.record.agent_id, anchor.record.session_id), [])

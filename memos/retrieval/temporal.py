@@ -20,6 +20,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from .temporal_zh import parse_zh, zh_sources
+from memos.time_bounds import shift
 from .time_windows import (
     ANCHOR_REACH,
     DAY_SLACK,
@@ -28,6 +29,7 @@ from .time_windows import (
     day_window,
     month_window,
     relative_window,
+    year_window,
 )
 
 __all__ = ["TimeWindow", "ago_window", "day_window", "mentions_time", "month_window", "parse_time_window", "relative_window"]
@@ -144,13 +146,13 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
             return relative_window(g["which"].lower(), g["unit"].lower(), now)
         if name == "named_day":
             today = datetime(now.year, now.month, now.day, tzinfo=UTC)
-            start = today - timedelta(days=1) if g["which"].lower() == "yesterday" else today
-            return start, start + timedelta(days=1)
+            start = shift(today, -timedelta(days=1)) if g["which"].lower() == "yesterday" else today
+            return start, shift(start, timedelta(days=1))
         if name == "month":
             month = _month(g["month"])
             return month_window(now.year if month <= now.month else now.year - 1, month, 1)
         if name == "year":
-            return datetime(int(g["year"]), 1, 1, tzinfo=UTC), datetime(int(g["year"]) + 1, 1, 1, tzinfo=UTC)
+            return year_window(int(g["year"]))
     except ValueError:  # "31 February", "0 May": not a date
         return None
     return None
@@ -171,11 +173,11 @@ def _count(text: str) -> int:
 
 def _anchored(match: re.Match[str], date: re.Match[str]) -> tuple[datetime, datetime] | None:
     """ "the week before August 3, 2023", "two weeks before 11 August 2023", "after 2023-05-01"."""
+    day = date.groupdict()
     try:
-        start, _ = _full_date(date.groupdict())
+        anchor = datetime(int(day["year"]), _month(day["month"]), int(day["day"]), tzinfo=UTC)
     except ValueError:
         return None
-    anchor = start + DAY_SLACK
     g = match.groupdict()
     span = (g.get("span") or "").lower()
     if g.get("count"):
@@ -189,8 +191,8 @@ def _anchored(match: re.Match[str], date: re.Match[str]) -> tuple[datetime, date
     else:
         reach = ANCHOR_REACH
     if (g.get("dir") or "").lower() == "before":
-        return anchor - reach - DAY_SLACK, anchor + DAY_SLACK
-    return anchor, anchor + timedelta(days=1) + reach + DAY_SLACK
+        return shift(anchor, -reach, -DAY_SLACK), shift(anchor, DAY_SLACK)
+    return anchor, shift(anchor, timedelta(days=1), reach, DAY_SLACK)
 
 
 def _unit_length(unit: str) -> timedelta:

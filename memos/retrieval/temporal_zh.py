@@ -14,14 +14,9 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from .time_windows import (
-    ANCHOR_REACH,
-    DAY_SLACK,
-    ago_window,
-    day_window,
-    month_window,
-    relative_window,
-)
+from memos.time_bounds import shift
+
+from .time_windows import ANCHOR_REACH, DAY_SLACK, ago_window, day_window, month_window, relative_window, year_window
 
 __all__ = ["LUNAR_NEW_YEAR", "parse_zh", "zh_sources"]
 
@@ -127,8 +122,8 @@ def _latest(month: int, day: int, now: datetime) -> int:
 def _anchored(anchor: datetime, direction: str) -> tuple[datetime, datetime]:
     """Before / after the day starting at `anchor`, as `memos.retrieval.temporal` reads "before X"."""
     if direction.endswith("前"):
-        return anchor - ANCHOR_REACH - DAY_SLACK, anchor + DAY_SLACK
-    return anchor, anchor + timedelta(days=1) + ANCHOR_REACH + DAY_SLACK
+        return shift(anchor, -ANCHOR_REACH, -DAY_SLACK), shift(anchor, DAY_SLACK)
+    return anchor, shift(anchor, timedelta(days=1), ANCHOR_REACH, DAY_SLACK)
 
 
 def _festival(fest: str, year: int | None, direction: str | None, now: datetime) -> tuple[datetime, datetime] | None:
@@ -151,19 +146,17 @@ def _festival(fest: str, year: int | None, direction: str | None, now: datetime)
         return start, end
     if direction.endswith("前"):  # before its first day (初一, 1 October, 1 May)
         first = start + timedelta(days=1) if fest in ("春节", "过年") else start
-        return first - ANCHOR_REACH - DAY_SLACK, first + DAY_SLACK
-    return start, end + ANCHOR_REACH  # after: from the holiday on, to two weeks past it
+        return shift(first, -ANCHOR_REACH, -DAY_SLACK), shift(first, DAY_SLACK)
+    return start, shift(end, ANCHOR_REACH)  # after: from the holiday on, to two weeks past it
 
 
 def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetime, datetime] | None:
     today = datetime(now.year, now.month, now.day, tzinfo=UTC)
-    if name in ("full_date", "full_date_anchor"):
-        window = day_window(_given_year(g, now), _number(_group(g, "month")), _number(_group(g, "day")))
-        return _anchored(window[0] + DAY_SLACK, _group(g, "dir")) if name == "full_date_anchor" else window
-    if name in ("month_day", "month_day_anchor"):
+    if name in ("full_date", "full_date_anchor", "month_day", "month_day_anchor"):
         month, day = _number(_group(g, "month")), _number(_group(g, "day"))
-        window = day_window(_latest(month, day, now), month, day)
-        return _anchored(window[0] + DAY_SLACK, _group(g, "dir")) if name == "month_day_anchor" else window
+        year = _given_year(g, now) if name.startswith("full_date") else _latest(month, day, now)
+        window = day_window(year, month, day)  # ValueError when it is no date
+        return _anchored(datetime(year, month, day, tzinfo=UTC), _group(g, "dir")) if name.endswith("_anchor") else window
     if name in ("festival_year", "festival"):
         return _festival(_group(g, "fest"), _year(g, now), g.get("dir"), now)
     if name == "year_month":
@@ -175,9 +168,9 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
         count = 3 if g["count"] in ("几", "好几") else _number(_group(g, "count"))
         return ago_window(count, _UNITS[_group(g, "unit")], now)
     if name == "weekday":
-        monday = today - timedelta(days=today.weekday()) - timedelta(weeks=1 if g["which"] == "上" else 0)
-        start = monday + timedelta(days=_WEEKDAYS[_group(g, "wd")])
-        return start - DAY_SLACK, start + timedelta(days=1) + DAY_SLACK
+        monday = shift(today, -timedelta(days=today.weekday()), -timedelta(weeks=1 if g["which"] == "上" else 0))
+        start = shift(monday, timedelta(days=_WEEKDAYS[_group(g, "wd")]))
+        return shift(start, -DAY_SLACK), shift(start, timedelta(days=1), DAY_SLACK)
     if name == "weekend":
         if g["which"] is None:  # 周末: the most recent weekend (this one, if it has begun)
             which = "this" if today.weekday() >= 5 else "last"
@@ -187,18 +180,16 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
     if name == "relative":
         return relative_window("last" if g["which"] == "上" else "this", _UNITS[_group(g, "unit")], now)
     if name == "rel_year":
-        year = _given_year(g, now)
-        return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+        return year_window(_given_year(g, now))
     if name == "named_day":
         back = {"大前天": 3, "前天": 2, "昨天": 1, "昨晚": 1, "昨日": 1}.get(_group(g, "day"), 0)
-        start = today - timedelta(days=back)
-        return start, start + timedelta(days=1)
+        start = shift(today, -timedelta(days=back))
+        return start, shift(start, timedelta(days=1))
     if name == "month":
         month = _number(_group(g, "month"))
         if not 1 <= month <= 12:
             return None
         return month_window(now.year if month <= now.month else now.year - 1, month, 1)
     if name == "year":
-        year = _given_year(g, now)
-        return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+        return year_window(_given_year(g, now))
     return None

@@ -9,8 +9,10 @@ import calendar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["ANCHOR_REACH", "DAY_SLACK", "TimeWindow", "ago_window", "day_window", "month_window", "relative_window",
-           "shift_months"]
+from memos.time_bounds import LATEST, shift
+
+__all__ = ["ANCHOR_REACH", "DAY_SLACK", "TimeWindow", "ago_window", "day_window", "first_of", "month_window",
+           "relative_window", "shift_months", "year_window"]
 
 DAY_SLACK = timedelta(days=1)
 """A named day also covers the day before and after (time zones; "that evening")."""
@@ -34,14 +36,25 @@ class TimeWindow:
 def day_window(year: int, month: int, day: int) -> tuple[datetime, datetime]:
     """A named day, with `DAY_SLACK` either side (ValueError if it is no date)."""
     start = datetime(year, month, day, tzinfo=UTC)
-    return start - DAY_SLACK, start + timedelta(days=1) + DAY_SLACK
+    return shift(start, -DAY_SLACK), shift(start, timedelta(days=1), DAY_SLACK)
 
 
 def month_window(year: int, month: int, months: int) -> tuple[datetime, datetime]:
     """`months` calendar months from the first of `month` (a season is three)."""
     start = datetime(year, month, 1, tzinfo=UTC)
     end_month = month - 1 + months
-    return start, datetime(year + end_month // 12, end_month % 12 + 1, 1, tzinfo=UTC)
+    return start, first_of(year + end_month // 12, end_month % 12 + 1)
+
+
+def year_window(year: int) -> tuple[datetime, datetime]:
+    """The calendar year `year` (ValueError if it is outside 1 to 9999)."""
+    return datetime(year, 1, 1, tzinfo=UTC), first_of(year + 1, 1)
+
+
+def first_of(year: int, month: int) -> datetime:
+    """The first instant of `month` in `year`, or `LATEST` for the month after December 9999
+    (the end of a window that runs to the last day there is)."""
+    return LATEST if year > 9999 else datetime(year, month, 1, tzinfo=UTC)
 
 
 def shift_months(when: datetime, months: int) -> datetime:
@@ -54,37 +67,35 @@ def ago_window(count: int, unit: str, now: datetime) -> tuple[datetime, datetime
     """ "3 weeks ago": that week; "4 years ago": that year (a loose reading, it is a boost)."""
     today = datetime(now.year, now.month, now.day, tzinfo=UTC)
     if unit == "day":
-        start = today - timedelta(days=count)
-        return start, start + timedelta(days=1)
+        start = shift(today, -timedelta(days=count))
+        return start, shift(start, timedelta(days=1))
     if unit == "week":
-        start = today - timedelta(weeks=count)
-        return start - timedelta(days=3), start + timedelta(days=4)
+        start = shift(today, -timedelta(weeks=count))
+        return shift(start, -timedelta(days=3)), shift(start, timedelta(days=4))
     if unit == "month":
         start = shift_months(today.replace(day=1), count)
         return start, shift_months(start, -1)
-    year = now.year - count
-    return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+    return year_window(now.year - count)
 
 
 def relative_window(which: str, unit: str, now: datetime) -> tuple[datetime, datetime]:
     """ "last" / "this" / "past" week, weekend, month or year, relative to `now`."""
     today = datetime(now.year, now.month, now.day, tzinfo=UTC)
     if unit in ("week", "weekend"):
-        monday = today - timedelta(days=today.weekday())
+        monday = shift(today, -timedelta(days=today.weekday()))
         if which == "past":
-            return today - timedelta(days=7), today + timedelta(days=1)
-        start = monday if which == "this" else monday - timedelta(weeks=1)
+            return shift(today, -timedelta(days=7)), shift(today, timedelta(days=1))
+        start = monday if which == "this" else shift(monday, -timedelta(weeks=1))
         if unit == "weekend":
-            saturday = start + timedelta(days=5)
-            return saturday, saturday + timedelta(days=2)
-        return start, start + timedelta(weeks=1)
+            saturday = shift(start, timedelta(days=5))
+            return saturday, shift(saturday, timedelta(days=2))
+        return start, shift(start, timedelta(weeks=1))
     if unit == "month":
         first = today.replace(day=1)
         if which == "past":
-            return today - timedelta(days=31), today + timedelta(days=1)
+            return shift(today, -timedelta(days=31)), shift(today, timedelta(days=1))
         start = first if which == "this" else shift_months(first, 1)
         return start, shift_months(start, -1)
     if which == "past":
-        return today - timedelta(days=366), today + timedelta(days=1)
-    year = now.year if which == "this" else now.year - 1
-    return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)
+        return shift(today, -timedelta(days=366)), shift(today, timedelta(days=1))
+    return year_window(now.year if which == "this" else now.year - 1)

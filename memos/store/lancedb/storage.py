@@ -39,6 +39,7 @@ from memos.store.schema import (
     row_from_record,
 )
 from memos.store.scope import sql_in, sql_string
+from memos.time_bounds import EARLIEST
 
 from .compaction import HISTORY_COMPACT_EVERY, Compaction
 from .errors import journal_error, retry_conflicts, retrying
@@ -417,7 +418,7 @@ class Storage:
         if limit is not None:
             query = query.limit(limit)
         rows = arrow_rows(await self.read(self.history, query.to_arrow))
-        rows.sort(key=lambda r: r["at"])
+        rows.sort(key=lambda r: (r["at"] is not None, r["at"] or EARLIEST))  # a row stored without a time (malformed) first
         return [history_entry(r) for r in rows]
 
     async def history_columns(self, columns: list[str]) -> pa.Table:
