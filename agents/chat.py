@@ -151,7 +151,7 @@ class ChatAgent:
         self.manager_batches: list[ManagerBatch] = []
         """Batches whose manager run failed, waiting for a retry."""
         self._manage_lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[ManagerReport]] = set()
+        self._tasks: set[asyncio.Task[ManagerReport | None]] = set()
         self.manager_reports: list[ManagerReport] = []
         self.last: TurnReport | None = None
 
@@ -278,15 +278,16 @@ class ChatAgent:
         assert self._session is not None
         raw = (await self.memory.state()).get(self._batches_key)
         for item in json.loads(raw) if raw else []:
-            turns = await self.memory.get_many(self._session.scope, self.memory.turn_type, item["turns"])
+            stored = await self.memory.get_many(self._session.scope, self.memory.turn_type, item["turns"])
+            turns = [t for t in stored if isinstance(t, Episode)]  # the turns' store holds episodes
             if turns:
                 self.manager_batches.append(ManagerBatch(
                     turns, item.get("attempts", 0), datetime.fromisoformat(item["retry_at"]) if item.get("retry_at") else None,
                     item.get("error", "")))
 
     def _start_manager(self) -> None:
-        task = asyncio.ensure_future(self.manage())
-        self._tasks.add(task)  # type: ignore[arg-type]
+        task = asyncio.create_task(self.manage())
+        self._tasks.add(task)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[Any]) -> None:

@@ -14,6 +14,7 @@ from typing import Literal
 from memos.memtypes import MemoryRecord
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ModelRetry, RunContext
+from pydantic_ai.models import Model
 
 from .reflection import render_prompt
 
@@ -54,7 +55,7 @@ def build_consolidation_agent() -> Agent[_Deps, ConsolidationDecisions]:
     return agent
 
 
-async def decide_conflicts(model: object, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]], *, now: datetime) -> list[FactDecision]:
+async def decide_conflicts(model: Model | str, pairs: Sequence[tuple[MemoryRecord, MemoryRecord]], *, now: datetime) -> list[FactDecision]:
     """Ask the model about each (older, newer) pair of facts; returns its decisions."""
     if not pairs:
         return []

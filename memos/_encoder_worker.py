@@ -14,12 +14,12 @@ import json
 import pickle
 import sys
 import traceback
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 __all__ = ["main", "read_frame", "write_frame"]
 
 
-def read_frame(stream: BinaryIO) -> Any:
+def read_frame(stream: IO[bytes]) -> Any:
     """The next framed pickle on `stream`; None at its end."""
     head = stream.read(4)
     if len(head) < 4:
@@ -31,7 +31,7 @@ def read_frame(stream: BinaryIO) -> Any:
     return pickle.loads(body)
 
 
-def write_frame(stream: BinaryIO, value: Any) -> None:
+def write_frame(stream: IO[bytes], value: Any) -> None:
     """Write `value` as one framed pickle and flush."""
     body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(len(body).to_bytes(4, "little") + body)

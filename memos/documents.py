@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from .memtypes import Resource
+from .memtypes.resource import ResourceType
 
 __all__ = ["MAX_CHUNK_CHARS", "chunk_text", "resources_from_text"]
 
@@ -45,10 +46,10 @@ def chunk_text(text: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
     return chunks
 
 
-def resources_from_text(title: str, text: str, *, uri: str = "", resource_type: str = "document",
+def resources_from_text(title: str, text: str, *, uri: str = "", resource_type: ResourceType = "document",
                         max_chars: int = MAX_CHUNK_CHARS) -> list[Resource]:
     """One `Resource` per chunk, in order, each naming its document and position."""
     chunks = chunk_text(text, max_chars)
     summary = chunks[0][:200] if chunks else ""
-    return [Resource(title=title[:512], uri=uri[:2048], resource_type=resource_type, summary=summary, content=chunk,  # type: ignore[arg-type]
+    return [Resource(title=title[:512], uri=uri[:2048], resource_type=resource_type, summary=summary, content=chunk,
                      chunk_index=i) for i, chunk in enumerate(chunks)]

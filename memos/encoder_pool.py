@@ -24,10 +24,10 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -132,6 +132,7 @@ class EncoderPool:
             if self._closed:
                 return False
             if not self._threads:
+                targets: list[tuple[Callable[..., None], tuple[Any, ...]]]
                 if self.kind == "process":
                     self._procs = [self._spawn() for _ in range(self.workers)]
                     targets = [(self._serve_process, (p,)) for p in self._procs]

@@ -70,6 +70,11 @@ class MemoryAgent(Protocol):
     def scope(self) -> Scope: ...
 
     @property
+    def name(self) -> str:
+        """The agent's name: the actor of its turns."""
+        ...
+
+    @property
     def last(self) -> AgentTurn | None:
         """The newest turn (None before the first)."""
         ...

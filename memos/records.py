@@ -67,6 +67,9 @@ class RecordAccess:
     entity_links: bool
     _drawn: set[str]
 
+    if TYPE_CHECKING:  # declared for the checker; `MemoryOS` defines it
+        def record_type(self, ref: TypeRef) -> type[MemoryRecord]: ...
+
     async def _add(self, scope: Scope, records: R | Iterable[R], *, actor: str, behind: bool = False,
                    vectors: Mapping[str, list[float] | None] | None = None) -> list[R]:
         """`add`; `behind`: the records are journaled and queued with their history and shared-table
@@ -108,7 +111,7 @@ class RecordAccess:
         history: list[dict[str, Any]] = []  # one history commit for every store written (fewer commits)
         mirror = self.storage.search.gathering()  # one commit to the shared search table too
 
-        async def write(name: str, group: list[MemoryRecord]) -> None:
+        async def write(name: str, group: Sequence[MemoryRecord]) -> None:
             with span("memos.add", memory_type=name, records=len(group), user_id=scope.user_id, actor=actor):
                 await self._write(name, group, "add", actor, before=None, history=history, vectors=planned[name])
 
@@ -129,7 +132,7 @@ class RecordAccess:
                 await self.vault.scrub_sources(scope, record, clear)
         return [self._redact(r) for group in prepared.values() for r in group]
 
-    async def _check_ids_free(self, records: list[MemoryRecord]) -> None:
+    async def _check_ids_free(self, records: Sequence[MemoryRecord]) -> None:
         """Ids set explicitly must be unused in every table (one `id IN (...)` query per table).
 
         Ids left to `new_id()` are fresh uuid4s and are not looked up, so bulk ingest pays nothing."""
@@ -198,7 +201,7 @@ class RecordAccess:
         return await self._load(scope, memory_type, record_id)
 
     async def _write(
-        self, name: str, records: list[MemoryRecord], op: str, actor: str, *,
+        self, name: str, records: Sequence[MemoryRecord], op: str, actor: str, *,
         before: dict[str, MemoryRecord] | None, vectors_from: MemoryRecord | None = None, note: str | None = None,
         history: list[dict[str, Any]] | None = None, vectors: list[list[float] | None] | None = None,
     ) -> None:

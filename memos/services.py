@@ -41,7 +41,7 @@ from .time_bounds import shift
 from .vault import Vault
 
 if TYPE_CHECKING:
-    pass
+    from memos.graph.entities import EntityGraph
 
 
 
@@ -64,6 +64,10 @@ __all__ = ["INGEST_CHUNK", "KernelServices"]
 @check_sync_twins
 class KernelServices(RecordAccess):
     """Rows, vectors, history, state and maintenance for the kernel's own parts (see the module docstring)."""
+
+    if TYPE_CHECKING:  # declared for the checker; `MemoryOS` defines it
+        @property
+        def graph(self) -> EntityGraph: ...
 
     async def merge_into(self, scope: Scope, memory_type: TypeRef, record_id: str, survivor_id: str, *, actor: str = "user",
                          reason: str = "duplicate") -> MemoryRecord:
@@ -107,7 +111,7 @@ class KernelServices(RecordAccess):
             check.check_statuses(status)
         statuses = (status,) if status else None
         where = Where(scope).status_in(statuses).build()
-        known = {name: self.reads.get(("count", name, scope, status)) if cached else FORGET for name in self.types}
+        known: dict[str, Any] = {name: self.reads.get(("count", name, scope, status)) if cached else FORGET for name in self.types}
         missing = [name for name, value in known.items() if value is FORGET]
         at = {name: await self.storage.label(name) for name in missing}
         counted = await asyncio.gather(*(self.storage.count(name, where) for name in missing))  # one round trip

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import ValidationError
 
@@ -21,6 +21,8 @@ from memos.store.scope import Scope, validate_record_id, validate_value
 
 from .exceptions import DuplicateIdError, InvalidFilterError, InvalidRecordError
 from .memtypes import MemoryRecord
+
+R = TypeVar("R", bound=MemoryRecord)
 
 __all__ = [
     "HISTORY_REQUIRED",
@@ -93,6 +95,10 @@ def check_query(query: object) -> str:
         raise InvalidFilterError(str(exc)) from None
 
 
+@overload
+def check_int(value: object, what: str, *, low: int, high: int, optional: Literal[False] = False) -> int: ...
+@overload
+def check_int(value: object, what: str, *, low: int, high: int, optional: bool) -> int | None: ...
 def check_int(value: object, what: str, *, low: int, high: int, optional: bool = False) -> int | None:
     """An int (not a bool) in [low, high]; None too when `optional`."""
     if value is None and optional:
@@ -170,7 +176,7 @@ def _plain(text: str) -> bool:
     return len(text) <= MAX_TEXT_CHARS and text.isascii()
 
 
-def check_records(records: object) -> list[MemoryRecord]:
+def check_records(records: R | Iterable[R]) -> list[R]:
     """One record or an iterable of records, each checked; their ids must differ."""
     if isinstance(records, MemoryRecord):
         items = [records]

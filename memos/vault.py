@@ -63,9 +63,11 @@ class VaultHost(Protocol):
     """What the vault needs of the facade that owns it (`memos.memory.MemoryOS` is one): the vault
     sits below the facade, so it names the facade's methods, never imports it."""
 
-    storage: Store
     types: dict[str, type[MemoryRecord]]
     clock: Callable[[], datetime]
+
+    @property
+    def storage(self) -> Store: ...
 
     def stamp(self, record: MemoryRecord) -> datetime: ...
 
@@ -306,7 +308,7 @@ class Vault:
                     continue
                 owner = Scope(record.user_id, record.agent_id, record.session_id)
                 await memory.update(owner, name, record.id, changes, actor="vault")
-                rows = await storage.raw_history(Where(owner).eq("record_id", record.id).build())
+                rows = await storage.raw_history(Where(owner).eq("record_id", record.id).condition())
                 await storage.rewrite_history([
                     {**r, "before": _replace_in_json(r["before"], secrets, marker), "after": _replace_in_json(r["after"], secrets, marker)}
                     for r in rows])

@@ -8,7 +8,10 @@ from pydantic import Field
 
 from .base import MemoryRecord
 
-__all__ = ["Resource"]
+__all__ = ["Resource", "ResourceType"]
+
+ResourceType = Literal["document", "file", "link", "image", "other"]
+"""What kind of thing a resource is."""
 
 
 class Resource(MemoryRecord):
@@ -20,7 +23,7 @@ class Resource(MemoryRecord):
     decays: ClassVar[bool] = True
 
     title: str = Field(min_length=1, max_length=512, description="Document title or file name.")
-    resource_type: Literal["document", "file", "link", "image", "other"] = Field(default="document")
+    resource_type: ResourceType = Field(default="document")
     uri: str = Field(default="", max_length=2048, description="Where the resource lives.")
     summary: str = Field(default="", description="What the resource is about.")
     content: str = Field(default="", description="This chunk's text.")

@@ -120,7 +120,6 @@ def test_every_import_points_down_or_sideways():
     assert not upward, "imports that go up a floor:\n" + "\n".join(upward)
 
 
-@pytest.mark.xfail(strict=True, reason="26 remain (graph.py, session.py, cli, bench); the typing work brings them to 5")
 def test_type_ignores_are_few_and_explained():
     """At most 5 `# type: ignore` in the packages, each narrowed to an error code and followed
     by its reason (`# type: ignore[code]  # why`)."""

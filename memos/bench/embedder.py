@@ -128,7 +128,8 @@ def run_embedder_bench(texts: Sequence[str], model_dir: Path, *, device: str = "
                     continue
                 from memos.encoder_pool import EncoderPool
 
-                pool = EncoderPool(encoder, model_dir, w, kind=kind, threads=t, random_seed=seed)  # type: ignore[arg-type]
+                pool = EncoderPool(encoder, model_dir, w, kind="thread" if kind == "thread" else "process", threads=t,
+                                   random_seed=seed)
                 try:
                     measure({"device": "cpu", "workers": w, "threads": t, "pool": kind}, pool.encode)
                 finally:

@@ -118,8 +118,8 @@ def judge(ops: list[LedgerOp], view: StoreView) -> dict[str, Any]:
     for rid in ids:
         if creations[rid] == 0:
             bad("without_history", f"{where[rid]} {rid} has no creation row")
-    for rid, rows in invented.items():
-        bad("duplicate_history", f"{where.get(rid, 'no table')} {rid}: repair rows beside the writer's own ({', '.join(rows)})")
+    for rid, repairs in invented.items():
+        bad("duplicate_history", f"{where.get(rid, 'no table')} {rid}: repair rows beside the writer's own ({', '.join(repairs)})")
     tried = {op.record_id: op for op in sorted(ops, key=lambda o: o.seq) if op.record_id}
     orphans = Counter(h["record_id"] for h in history if h["record_id"] not in ids)
     for rid, n in orphans.items():
@@ -165,11 +165,11 @@ def judge(ops: list[LedgerOp], view: StoreView) -> dict[str, Any]:
         survivor = after.get("superseded_by")
         if survivor and after.get("status") in ("archived", "superseded"):
             linked[(h["record_id"], survivor)] = h["op"]
-    for (rid, survivor), op in linked.items():
+    for (rid, survivor), link in linked.items():
         if survivor not in ids and rid in ids:
             out["dangling_links"] += 1  # informational: its survivor was deleted since
         if rid in agent_of and survivor in agent_of and agent_of[rid] != agent_of[survivor]:
-            bad("cross_agent", f"{op}: {rid} of agent {agent_of.get(rid)!r} into {survivor} of agent {agent_of.get(survivor)!r}")
+            bad("cross_agent", f"{link}: {rid} of agent {agent_of.get(rid)!r} into {survivor} of agent {agent_of.get(survivor)!r}")
 
     ops_by_kind = Counter(o.kind for o in ops if o.acked)
     return {
@@ -203,7 +203,8 @@ class _Fixes(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.getMessage().startswith("search table caught up") and isinstance(record.args, tuple):
             written, removed = record.args
-            self.fixed = {"written": self.fixed.get("written", 0) + int(written), "removed": self.fixed.get("removed", 0) + int(removed)}
+            if isinstance(written, int) and isinstance(removed, int):  # logged with %d
+                self.fixed = {"written": self.fixed.get("written", 0) + written, "removed": self.fixed.get("removed", 0) + removed}
 
 
 async def check_store(uri: str, ops: list[LedgerOp], *, embedder: Any = None) -> dict[str, Any]:

@@ -71,7 +71,7 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
     hit_all = {b: 0 for b in BUDGETS}
     hit_any = {b: 0 for b in BUDGETS}
     top3 = [0, 0]
-    tokens = {b: [] for b in BUDGETS}
+    tokens: dict[int, list[int]] = {b: [] for b in BUDGETS}
     by_cat: dict[int, list[int]] = {}
     halves = {h: [0, 0, 0] for h in "ab"}  # questions, top-3 all, recall_all@1000
     seen_in_cat: dict[int, int] = {}

@@ -194,7 +194,7 @@ async def run_scale_bench(records: int, *, path: str | Path | None = None, queri
         t0 = time.perf_counter()
         cache[text] = await querying.embed_query(text)
         embed_ms.append((time.perf_counter() - t0) * 1000)
-    memory.embedder = _CachedQueries(model.name, model.dim, model.embedder, cache=cache)  # type: ignore[call-arg]
+    memory.embedder = _CachedQueries(model.name, model.dim, model.embedder, cache=cache)
     search_ms = []
     for i, text in enumerate(texts):
         scope = Scope(f"user{rng.randrange(USERS):02d}", "agent")

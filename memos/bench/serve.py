@@ -72,7 +72,7 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                said = self.log.read_bytes() if self.log is not None else self.proc.stderr.read()  # type: ignore[union-attr]
+                said = self.log.read_bytes() if self.log is not None else self.proc.stderr.read() if self.proc.stderr else b""
                 raise RuntimeError(f"memos serve exited with {self.proc.returncode}: {said.decode(errors='replace')[-2000:]}")
             try:
                 if httpx2.get(self.url + "/healthz", timeout=30).status_code == 200:

@@ -17,6 +17,8 @@ from memos.store.scope import Scope
 from ._app import DbOption, JsonOption, UserOption, app, emit_json, fail, guarded
 
 if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
     from memos.demo import DemoStep
 
 out = Console()
@@ -130,7 +132,7 @@ CHAT_HELP = ("commands: /context  tokens per section of the last prompt · /help
              "(anything else is sent to the agent)")
 
 
-def _model(name: str, base_url: str | None = None):  # type: ignore[no-untyped-def]
+def _model(name: str, base_url: str | None = None) -> Model | str:
     """A model string as pydantic-ai takes it; 'test' is an offline TestModel; with `base_url`, the
     chat-completions API of an OpenAI-compatible server (Ollama, vLLM, llama.cpp) serving `name`."""
     if name == "test":

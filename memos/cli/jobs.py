@@ -162,9 +162,9 @@ def _inspect_group() -> typer.Typer:
     for group in app.registered_groups:
         if group.name == "inspect" and group.typer_instance is not None:
             return group.typer_instance
-    group = typer.Typer(help="Look inside a memos store.", no_args_is_help=True)
-    app.add_typer(group, name="inspect")
-    return group
+    made = typer.Typer(help="Look inside a memos store.", no_args_is_help=True)
+    app.add_typer(made, name="inspect")
+    return made
 
 
 inspect_app = _inspect_group()

@@ -95,13 +95,15 @@ def keys_create(
     """Make an API key (prints the token once; the store keeps only its hash)."""
     from memos._sync import run_sync
     from memos.memory import MemoryOS
-    from memos.serve.tenancy import Tenants
+    from memos.serve.tenancy import Clearance, Tenants
 
-    if clearance not in ("none", "low", "medium", "high"):
+    levels: dict[str, Clearance] = {"none": "none", "low": "low", "medium": "medium", "high": "high"}
+    granted = levels.get(clearance)
+    if granted is None:
         fail("--clearance must be none, low, medium or high")
     options = _options(storage_option)
     memory = MemoryOS.open_sync(db, embedder=None, storage_options=options) if options else open_existing(Path(db), embedder=None)
-    token, key = run_sync(Tenants(memory).create(user, agent_id=agent, name=name, clearance=clearance))  # type: ignore[arg-type]
+    token, key = run_sync(Tenants(memory).create(user, agent_id=agent, name=name, clearance=granted))
     console.print(f"key {key.key_id} for user {user!r}{f' agent {agent!r}' if agent else ''}; the token (shown once):")
     print(token)
 

@@ -61,6 +61,7 @@ def _is_locomo(path: Path) -> bool:
 def _ingest_document(path: Path, db: Path, scope: Scope) -> None:
     from memos.documents import resources_from_text
     from memos.memory import MemoryOS
+    from memos.memtypes import Resource
 
     raw = path.read_bytes()
     if b"\x00" in raw[:4096]:
@@ -70,7 +71,7 @@ def _ingest_document(path: Path, db: Path, scope: Scope) -> None:
         fail(f"{path} is empty")
     mem = MemoryOS.open_sync(db)
     uri = chunks[0].uri
-    stored = [r for r in mem.list_sync(scope, "resource", limit=None) if r.uri == uri]
+    stored = [r for r in mem.list_sync(scope, Resource, limit=None) if r.uri == uri]
     if [r.content for r in sorted(stored, key=lambda r: r.chunk_index)] == [c.content for c in chunks]:
         console.print(f"{path.name} is already stored unchanged in {db} for scope {scope} ({len(chunks)} chunks); nothing to do")
         return
@@ -196,17 +197,18 @@ def add(
     as_json: JsonOption = False,
 ) -> None:
     """Remember one thing now: a fact, an event, a how-to or a note (raw mode: no model)."""
-    from memos.memtypes import Episode, Fact, Procedure, Resource
+    from memos.memtypes import Episode, Fact, MemoryRecord, Procedure, Resource
 
-    common = {"importance": importance, "tags": tags or []}
+    record: MemoryRecord
     if store == "semantic":
-        record = Fact(subject=subject or user, summary=text, **common)
+        record = Fact(subject=subject or user, summary=text, importance=importance, tags=tags or [])
     elif store == "episodic":
-        record = Episode(summary=text, actor=user, event_type="observation", **common)
+        record = Episode(summary=text, actor=user, event_type="observation", importance=importance, tags=tags or [])
     elif store == "procedural":
-        record = Procedure(summary=text, **common)
+        record = Procedure(summary=text, importance=importance, tags=tags or [])
     elif store == "resource":
-        record = Resource(title=title or text[:60], content=text, summary=text[:200], resource_type="other", **common)
+        record = Resource(title=title or text[:60], content=text, summary=text[:200], resource_type="other",
+                          importance=importance, tags=tags or [])
     else:
         fail(f"memos add stores into {', '.join(ADDABLE)}; not {store!r}")
     from memos.memory import MemoryOS

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -87,9 +88,11 @@ class SessionMemory(CoreHost, Protocol):
     """What a session needs of the memory it works on (`memos.memory.MemoryOS` is one; the facade
     opens sessions, so it is described here, not imported)."""
 
-    storage: Store
     tokenizer: Tokenizer
     clock: Callable[[], datetime]
+
+    @property
+    def storage(self) -> Store: ...
 
     @property
     def turn_type(self) -> str: ...
@@ -158,6 +161,8 @@ class MemorySession(Generic[M]):
         """The running summary, a token count and its newest part that fits it (see `_newest_summary`)."""
         self._rereading = False
         """A re-read of the turns in context waits for the turns' table's next optimize (`_reread_context`)."""
+        self._preview = False
+        """A throwaway copy `preview` compiles on: it re-reads no turns and saves no state."""
 
     @classmethod
     async def open(
@@ -383,9 +388,9 @@ class MemorySession(Generic[M]):
         """Turns and events from the recall log: by text (ranked) or, without a query, by date (oldest first)."""
         if query:
             hits = await self.memory.search(query, self.retrieval_scope, types=[self.memory.turn_type], k=limit, since=since, until=until)
-            return [h.record for h in hits]  # type: ignore[misc]
+            return [h.record for h in hits if isinstance(h.record, Episode)]  # the turns' store holds episodes
         episodes = await self.memory.list(self.retrieval_scope, Episode, since=since, until=until, limit=None)
-        return episodes[-limit:]  # type: ignore[return-value]
+        return episodes[-limit:]
 
     # --- internals -----------------------------------------------------------------------
 
@@ -429,16 +434,12 @@ class MemorySession(Generic[M]):
         The message becomes an unsaved turn of a throwaway copy of this session: no turn is
         recorded and an eviction it causes is not saved (`memos inspect context --message`)."""
 
-        async def keep(*_: object, **__: object) -> None:
-            return None
-
         await self._refresh_context()
         probe = copy.copy(self)
         probe.context = [*self.context, Episode(
-            user_id=self.scope.user_id, agent_id=self.scope.agent_id, session_id=self.scope.session_id,
-            actor=self.scope.user_id, event_type="message", summary=message, tags=[f"{_ROLE_TAG}user", "turn"])]
-        probe._refresh_context = keep  # type: ignore[method-assign]
-        probe._save_state = keep  # type: ignore[method-assign]
+            **self.scope.stamp(), actor=self.scope.user_id, event_type="message", summary=message,
+            tags=[f"{_ROLE_TAG}user", "turn"])]
+        probe._preview = True
         return await probe.compile(message)
 
     @property
@@ -460,6 +461,8 @@ class MemorySession(Generic[M]):
         """Write the state: the running summary, the turns in context and ids for the next turns
         (`PLANNED_TURNS`). `if_changed`: not when the state saved last already says it all (the
         context grew by turns recorded under ids it names)."""
+        if self._preview:
+            return
         ids = [t.id for t in self.context]
         head = (self.summary, self.evicted_total)
         unused = self._unused_ids()
@@ -474,6 +477,8 @@ class MemorySession(Generic[M]):
 
     async def _refresh_context(self) -> None:
         """Re-read the in-context turns (a scrubbed secret or a consolidation may have changed them)."""
+        if self._preview:
+            return
         at = await self.memory.storage.label(self.memory.turn_type)
         self.context = await self._load_turns([t.id for t in self.context])
         self._context_was_read(at)
@@ -545,15 +550,16 @@ def section_frames(tokenizer: Any) -> dict[str, int]:
         return cached[1]
     count = tokenizer.count
     at = datetime(2000, 1, 1)
-    empty = dict(instructions="", blocks=(), counts=None, last_reflection=None, summary="", memories=(), notice=None, now=at)
-    base = count(render_system_prompt(**empty))
+    empty = functools.partial(render_system_prompt, instructions="", blocks=(), counts=None, last_reflection=None, summary="",
+                              memories=(), notice=None, now=at)
+    base = count(empty())
     probe = Episode(summary="x", occurred_at=at)
     with_hit = [Hit("episodic", probe, 0.0)]
     with_hit[0].text = probe.render_line() if probe.render_group() else probe.render()
     frames = {
-        "summary": count(render_system_prompt(**{**empty, "summary": "x"})) - base - count("x") + _FRAME_MARGIN,
-        "memories": count(render_system_prompt(**{**empty, "memories": with_hit})) - base - count(render_hits(with_hit)) + _FRAME_MARGIN,
-        "notice": count(render_system_prompt(**{**empty, "notice": "x"})) - base - count("x") + _FRAME_MARGIN,
+        "summary": count(empty(summary="x")) - base - count("x") + _FRAME_MARGIN,
+        "memories": count(empty(memories=with_hit)) - base - count(render_hits(with_hit)) + _FRAME_MARGIN,
+        "notice": count(empty(notice="x")) - base - count("x") + _FRAME_MARGIN,
     }
     _FRAMES[id(tokenizer)] = (tokenizer, frames)
     return frames

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -48,20 +48,27 @@ if TYPE_CHECKING:
     from memos.embeddings import TextEmbedder
 
 
+R = TypeVar("R", bound=MemoryRecord)
+
+
 class GraphHost(Protocol):
     """What the graph needs of the facade it writes through (`memos.memory.MemoryOS` is one):
     the graph sits below the facade, so it names the facade's methods, never imports it."""
 
-    storage: Store
-    embedder: TextEmbedder | None
     clock: Callable[[], datetime]
 
-    async def add(self, scope: Scope, records: Any, *, actor: str = ...) -> list[MemoryRecord]: ...
+    @property
+    def storage(self) -> Store: ...
 
-    async def update(self, scope: Scope, memory_type: Any, record_id: str, changes: dict[str, Any], *,
-                     actor: str = ...) -> MemoryRecord: ...
+    @property
+    def embedder(self) -> TextEmbedder | None: ...
 
-    async def get(self, scope: Scope, memory_type: Any, record_id: str) -> MemoryRecord: ...
+    async def add(self, scope: Scope, records: R | Iterable[R], *, actor: str = ...) -> list[R]: ...
+
+    async def update(self, scope: Scope, memory_type: type[R], record_id: str, changes: dict[str, Any], *,
+                     actor: str = ...) -> R: ...
+
+    async def get(self, scope: Scope, memory_type: type[R], record_id: str) -> R: ...
 
     async def stored_vectors(self, scope: Scope, memory_type: Any, *, status: str = ...) -> dict[str, list[float]]: ...
 
@@ -122,7 +129,7 @@ class EntityGraph:
     async def entities(self, scope: Scope, *, status: tuple[str, ...] = ("active",)) -> list[Entity]:
         table = self.storage.type_table("entity")
         rows = await self.storage.rows("entity", Where(scope).status_in(status).build())
-        return sorted((table.to_record(r) for r in rows), key=lambda e: (e.first_seen, e.id))  # type: ignore[return-value]
+        return sorted(_of_type(Entity, map(table.to_record, rows)), key=lambda e: (e.first_seen, e.id))
 
     async def find(self, scope: Scope, name: str) -> Entity | None:
         """The active entity called `name` (or with it as an alias), if any."""
@@ -154,7 +161,7 @@ class EntityGraph:
         others = {r.object_id if r.subject_id == entity.id else r.subject_id for r in relations} - {"", entity.id}
         table = self.storage.type_table("entity")
         rows = await self.storage.rows("entity", Where(scope).id_in(sorted(others)).build()) if others else []
-        return Neighbourhood(entity, relations, [table.to_record(r) for r in rows])  # type: ignore[misc]
+        return Neighbourhood(entity, relations, _of_type(Entity, map(table.to_record, rows)))
 
     # --- writing -------------------------------------------------------------------------
 
@@ -182,7 +189,7 @@ class EntityGraph:
                             aliases=[a for a in dict.fromkeys(aliases) if normal_name(a) != normal_name(name)],
                             first_seen=now, last_seen=now)
             [stored] = await self.memory.add(scope, entity, actor=actor)
-            return stored  # type: ignore[return-value]
+            return stored
         new_aliases = [a for a in (name, *aliases) if normal_name(a) not in existing.names()]
         changes: dict[str, Any] = {}
         if new_aliases:
@@ -195,7 +202,7 @@ class EntityGraph:
             changes["source_ids"] = list(dict.fromkeys([*existing.source_ids, *source_ids]))
         if not changes:
             return existing
-        return await self.memory.update(_owner(existing), "entity", existing.id, {**changes, "last_seen": now}, actor=actor)  # type: ignore[return-value]
+        return await self.memory.update(_owner(existing), Entity, existing.id, {**changes, "last_seen": now}, actor=actor)
 
     async def _by_vector(self, scope: Scope, name: str, kind: str) -> Entity | None:
         if self.memory.embedder is None or not await self.storage.has_rows("entity"):
@@ -235,7 +242,7 @@ class EntityGraph:
             if (target and rel.object_id == target.id) or normal_name(rel.object) == normal_name(object_name):
                 if set(source_ids) <= set(rel.source_ids):
                     return rel
-                return await self.memory.update(_owner(rel), "relation", rel.id, {  # type: ignore[return-value]
+                return await self.memory.update(_owner(rel), Relation, rel.id, {
                     "source_ids": list(dict.fromkeys([*rel.source_ids, *source_ids]))}, actor=actor)
         relation = Relation(subject=subj.name, subject_id=subj.id, predicate=predicate, object=object_name,
                             object_id=target.id if target else "", valid_from=when, source_ids=list(source_ids))
@@ -243,12 +250,12 @@ class EntityGraph:
         if exclusive:
             for rel in current:
                 await self._close(rel, max(when, rel.valid_from or when), stored.id, actor)
-        return stored  # type: ignore[return-value]
+        return stored
 
     async def close_relation(self, scope: Scope, relation_id: str, *, when: datetime | None = None, actor: str = "user") -> Relation:
         """End a relation that stopped holding (kept, with its period, for questions about the past)."""
-        rel = await self.memory.get(scope, "relation", relation_id)
-        if not isinstance(rel, Relation) or rel.valid_to is not None or rel.status != "active":
+        rel = await self.memory.get(scope, Relation, relation_id)
+        if rel.valid_to is not None or rel.status != "active":
             raise InvalidRecordError(f"relation {relation_id} is already closed")
         end = check_time(when, "when") or self.memory.clock()
         if rel.valid_from is not None and end < rel.valid_from:
@@ -256,41 +263,40 @@ class EntityGraph:
         return await self._close(rel, end, None, actor)
 
     async def _close(self, rel: Relation, when: datetime, by: str | None, actor: str) -> Relation:
-        return await self.memory.update(_owner(rel), "relation", rel.id,  # type: ignore[return-value]
+        return await self.memory.update(_owner(rel), Relation, rel.id,
                                         {"status": "superseded", "valid_to": when, "superseded_by": by}, actor=actor)
 
     async def merge_entities(self, scope: Scope, keep_id: str, drop_ids: Sequence[str], *, actor: str = "user") -> Entity:
         """Fold duplicates into one entity: names become aliases, mentions and provenance join,
         relations point at the kept entity; the duplicates are superseded (kept in history).
         Only entities of one exact scope merge: another agent's or session's "Alice" is refused."""
-        keep = await self.memory.get(scope, "entity", keep_id)
-        drops = [await self.memory.get(scope, "entity", i) for i in drop_ids if i != keep_id]
-        assert isinstance(keep, Entity)
+        keep = await self.memory.get(scope, Entity, keep_id)
+        drops = [await self.memory.get(scope, Entity, i) for i in drop_ids if i != keep_id]
         foreign = [d.id for d in drops if not same_scope(keep, d)]
         if foreign:
             raise InvalidRecordError(f"entities {foreign} are not in the scope of {keep.id} ({record_scope(keep)}); "
                                      "only entities of one user, agent and session merge")
-        aliases = list(dict.fromkeys([*keep.aliases, *(n for d in drops for n in (d.name, *d.aliases))]))  # type: ignore[attr-defined]
+        aliases = list(dict.fromkeys([*keep.aliases, *(n for d in drops for n in (d.name, *d.aliases))]))
         aliases = [a for a in aliases if normal_name(a) != normal_name(keep.name)]
-        merged = await self.memory.update(_owner(keep), "entity", keep.id, {
+        merged = await self.memory.update(_owner(keep), Entity, keep.id, {
             "aliases": aliases,
-            "mentions": list(dict.fromkeys([*keep.mentions, *(m for d in drops for m in d.mentions)]))[-MAX_MENTIONS:],  # type: ignore[attr-defined]
+            "mentions": list(dict.fromkeys([*keep.mentions, *(m for d in drops for m in d.mentions)]))[-MAX_MENTIONS:],
             "source_ids": list(dict.fromkeys([*keep.source_ids, *(s for d in drops for s in d.source_ids)])),
-            "first_seen": min([keep.first_seen, *(d.first_seen for d in drops)]),  # type: ignore[attr-defined]
-            "summary": keep.summary or next((d.summary for d in drops if d.summary), ""),  # type: ignore[attr-defined]
+            "first_seen": min([keep.first_seen, *(d.first_seen for d in drops)]),
+            "summary": keep.summary or next((d.summary for d in drops if d.summary), ""),
         }, actor=actor)
         now = self.memory.clock()
         for drop in drops:
-            for rel in await self.relations(scope, drop, at=None):  # type: ignore[arg-type]
+            for rel in await self.relations(scope, drop, at=None):
                 changes: dict[str, Any] = {}
                 if rel.subject_id == drop.id:
                     changes.update(subject_id=keep.id, subject=keep.name)
                 if rel.object_id == drop.id:
                     changes.update(object_id=keep.id, object=keep.name)
-                await self.memory.update(_owner(rel), "relation", rel.id, changes, actor=actor)
-            await self.memory.update(_owner(drop), "entity", drop.id,
+                await self.memory.update(_owner(rel), Relation, rel.id, changes, actor=actor)
+            await self.memory.update(_owner(drop), Entity, drop.id,
                                      {"status": "superseded", "superseded_by": keep.id, "valid_to": now}, actor=actor)
-        return merged  # type: ignore[return-value]
+        return merged
 
     async def consolidate(self, scope: Scope, *, actor: str = "consolidation") -> dict[str, int]:
         """Merge duplicate entities (same name or alias, same exact scope; aliases kept) and close
@@ -324,10 +330,10 @@ class EntityGraph:
         table = self.storage.type_table("entity")
         rows = await self.storage.rows("entity", Where(scope).status_in(("active",)).build()) if await self.storage.has_rows("entity") else []
         by_key: dict[str, Entity] = {}
-        for entity in (table.to_record(r) for r in rows):
-            if isinstance(entity, Entity) and Scope(entity.user_id, entity.agent_id, entity.session_id) == _exact(scope):
-                for key in entity.names():
-                    by_key.setdefault(key, entity)
+        for existing in _of_type(Entity, map(table.to_record, rows)):
+            if Scope(existing.user_id, existing.agent_id, existing.session_id) == _exact(scope):
+                for key in existing.names():
+                    by_key.setdefault(key, existing)
         known = set(by_key)
         speakers = {normal_name(_mentioned_text(r)[0]) for r in records} - {""}
         known |= speakers
@@ -396,6 +402,11 @@ def _brief(entity: Entity | None) -> dict[str, Any] | None:
     data = entity.model_dump(mode="json")
     data["mentions"] = len(entity.mentions)
     return data
+
+
+def _of_type(record_type: type[R], records: Iterable[MemoryRecord]) -> list[R]:
+    """The records of one type's table as that type (its table holds nothing else)."""
+    return [r for r in records if isinstance(r, record_type)]
 
 
 def _exact(scope: Scope) -> Scope:

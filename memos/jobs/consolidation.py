@@ -31,7 +31,7 @@ job was run for.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -154,7 +154,7 @@ def _similar_pairs(records: list[MemoryRecord], vectors: dict[str, list[float]],
 
     if len(records) < 2:
         return []
-    matrix = np.asarray([vectors[r.id] for r in records], dtype=np.float32)
+    matrix: np.ndarray = np.asarray([vectors[r.id] for r in records], dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     matrix = matrix / np.where(norms == 0, 1.0, norms)
     out = []
@@ -224,7 +224,7 @@ def _neg(text: str) -> tuple[int, ...]:
     return tuple(-ord(c) for c in text)
 
 
-def plan_contradictions(records: Sequence[MemoryRecord], *, exclude: set[str] = frozenset(),
+def plan_contradictions(records: Sequence[MemoryRecord], *, exclude: Set[str] = frozenset(),
                         starts: dict[str, datetime] | None = None) -> list[Supersede]:
     """Facts with the same subject and attribute but another value: each is closed by the next newer one.
 

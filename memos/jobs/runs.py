@@ -127,12 +127,13 @@ async def reflect(memory: MemoryOS, scope: Scope, *, model: Any = None, policy: 
         for insight in await memory.backend.reflect(model, group, now=now):
             if not set(insight.source_ids) <= cited:
                 continue  # the agent checks this too; a backend that does not cannot cite across scopes
-            common = {"summary": insight.summary, "importance": insight.importance, "source_ids": list(insight.source_ids),
-                      "tags": ["reflection"], **owner.stamp()}
             if insight.kind == "procedure":
-                records.append(Procedure(steps=list(insight.steps), **common))
+                records.append(Procedure(steps=list(insight.steps), summary=insight.summary, importance=insight.importance,
+                                         source_ids=list(insight.source_ids), tags=["reflection"], **owner.stamp()))
             else:
-                records.append(Fact(subject=insight.subject or scope.user_id, source="reflection", valid_from=now, **common))
+                records.append(Fact(subject=insight.subject or scope.user_id, source="reflection", valid_from=now,
+                                    summary=insight.summary, importance=insight.importance,
+                                    source_ids=list(insight.source_ids), tags=["reflection"], **owner.stamp()))
     for key, written in by_scope(records).items():
         await memory.add(Scope(*key), written, actor="reflection")
     await memory.set_state(reflection_key(scope), json.dumps({

@@ -206,6 +206,15 @@ class _ClockedMixin:
 
     clock: Callable[[], datetime]
     live: LiveStore
+    # what it uses of APScheduler's BaseScheduler, which it is mixed into (declared, not defined,
+    # so the scheduler's own members stay in force)
+    state: int
+    jobstore_retry_interval: float
+    _jobstores: dict[str, Any]
+    _jobstores_lock: Any
+    _lookup_executor: Callable[[str], Any]
+    _dispatch_event: Callable[[Any], None]
+    remove_job: Callable[..., None]
 
     def now(self) -> datetime:
         value = self.clock()

@@ -39,7 +39,8 @@ def _wrap(function: Any, name: str, description: str) -> Any:
 
     call.__name__ = name
     call.__doc__ = description
-    call.__signature__ = __import__("inspect").signature(function)  # type: ignore[attr-defined]
+    # what inspect.signature (and so the MCP schema) reads: the wrapped tool's parameters
+    call.__signature__ = __import__("inspect").signature(function)  # type: ignore[attr-defined]  # PEP 362 attribute typeshed omits
     call.__annotations__ = dict(getattr(function, "__annotations__", {}))
     return call
 

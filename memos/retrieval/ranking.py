@@ -6,10 +6,10 @@ No I/O here. `memos.retrieval.search` runs the queries and hands their ranked ro
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from memos.memtypes import MemoryRecord
 
@@ -88,7 +88,8 @@ class Candidate:
     """A row returned by one of the searches, with its rank (0 = best) in that list."""
 
     memory_type: str
-    record: MemoryRecord
+    record: MemoryRecord | RowView
+    """The record, or (a lean search) the view of its row that ranking reads."""
     source: str  # "vector", "text" or "graph"
     rank: int
     score: float = 0.0
@@ -101,6 +102,8 @@ class Hit:
 
     memory_type: str
     record: MemoryRecord
+    """The record. Inside a lean search a `RowView` stands in for it until the hits that can be
+    returned have their rows read (`memos.retrieval.search`); a search returns records only."""
     score: float
     parts: dict[str, float] = field(default_factory=dict)
     text: str = ""
@@ -134,7 +137,8 @@ def fuse(candidates: Sequence[Candidate], policy: RankingPolicy, now: datetime, 
         key = (cand.memory_type, cand.record.id)
         hit = merged.get(key)
         if hit is None:
-            hit = merged[key] = Hit(cand.memory_type, cand.record, 0.0, {"fused": 0.0})
+            # a RowView stays a stand-in until search reads the winners' rows (see Hit.record)
+            hit = merged[key] = Hit(cand.memory_type, cast(MemoryRecord, cand.record), 0.0, {"fused": 0.0})
         weight = {"vector": policy.vector_weight, "graph": policy.graph_weight}.get(cand.source, policy.text_weight)
         part = 1.0 / (policy.rrf_k + cand.rank + 1) if policy.fusion == "rrf" else value
         hit.parts["fused"] += weight * part
@@ -201,7 +205,8 @@ def _order(hit: Hit) -> tuple[float, str]:
     return (-hit.score, hit.record.id)
 
 
-def rank_rows(memory_type: str, rows: list[dict[str, Any]], source: str, to_record: Any) -> list[Candidate]:
+def rank_rows(memory_type: str, rows: list[dict[str, Any]], source: str,
+              to_record: Callable[[dict[str, Any]], MemoryRecord | RowView]) -> list[Candidate]:
     """Turn one query's rows (already in rank order) into candidates with their scores."""
     return [Candidate(memory_type, to_record(row), source, rank, _row_score(row, source)) for rank, row in enumerate(rows)]
 

@@ -43,7 +43,7 @@ def asks(text: str) -> bool:
     return _ASKS.search(text.rstrip()) is not None
 
 
-async def session_turns(storage: Store, scope: Scope, statuses: Sequence[str], turns_store: str,
+async def session_turns(storage: Store, scope: Scope, statuses: tuple[str, ...], turns_store: str,
                         windows: list[tuple[Any, Any]]) -> dict[tuple[str, str, str], list[Any]]:
     """The turns of `scope` inside any of `windows` (one query), as records grouped by session
     (user, agent, session) in the order they were said."""
@@ -56,7 +56,7 @@ async def session_turns(storage: Store, scope: Scope, statuses: Sequence[str], t
     return by_session
 
 
-async def with_replies(storage: Store, scope: Scope, statuses: Sequence[str], window_minutes: float,
+async def with_replies(storage: Store, scope: Scope, statuses: tuple[str, ...], window_minutes: float,
                        hits: list[Hit], turns_store: str) -> list[Hit]:
     """`hits` with what completes each conversation turn among them right behind it (one query,
     only when a hit is a turn): the reply to a turn that asks, and the other half of an exchange

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -148,7 +148,7 @@ async def search(
         vectors: dict[str, list[float]] = dict(zip(wanted, found, strict=True))
         texts = {q: fts_query(q) for q in needed | {query}}  # the full-text forms, worked out once
         vector, text = vectors.get(query), texts[query]
-        jobs = []
+        jobs: list[tuple[str, str, Awaitable[list[Any]]]] = []  # (store, source, its rows; the graph's: candidates)
         for name in searched:
             if name in shared:
                 continue
@@ -162,7 +162,7 @@ async def search(
         if shared:
             conditions = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
                           .tags_any(request.tags))
-            where = (conditions if whole else conditions.raw(sql_in("memory_type", shared))).build()
+            where = (conditions if whole else conditions.raw(sql_in("memory_type", shared))).condition()
             limit = per_list * len(shared)  # as many candidates as the per-store lists gave together
             if vector is not None:
                 jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit, with_text=with_text)))
@@ -337,21 +337,22 @@ async def _taken(storage: Store, hits: list[Hit], wheres: dict[str, str | None])
     carries (`memos.store.lancedb.search_index.RECORD`, no read), any other read from its own store (one read
     per store, concurrently); a hit whose record was deleted since the search is dropped."""
     for hit in hits:
-        if _lean(hit) and hit.record.row.get(RECORD) is not None:
-            hit.record.row = storage.search.typed_row(hit.memory_type, hit.record.row[RECORD])
+        if (view := _lean(hit)) is not None and view.row.get(RECORD) is not None:
+            view.row = storage.search.typed_row(hit.memory_type, view.row[RECORD])
     stores = list(dict.fromkeys(hit.memory_type for hit in hits if _lean(hit)))
     taken = await asyncio.gather(*(
-        storage.take(name, [hit.record.row for hit in hits if hit.memory_type == name and _lean(hit)], wheres[name])
+        storage.take(name, [view.row for hit in hits if hit.memory_type == name and (view := _lean(hit))], wheres[name])
         for name in stores))
     rows = {(name, row["id"]): row for name, store_rows in zip(stores, taken, strict=True) for row in store_rows}
     kept = []
     for hit in hits:
-        if not _lean(hit):  # a graph relation, or a row a budgeted search read whole
+        view = _lean(hit)
+        if view is None:  # a graph relation, or a row a budgeted search read whole
             kept.append(hit)
             continue
         row = rows.get((hit.memory_type, hit.id))
         if row is not None:
-            hit.record.row = row
+            view.row = row
             kept.append(hit)
     return kept
 
@@ -362,9 +363,11 @@ def _as_of(storage: Store, request: SearchRequest, name: str) -> bool:
     return request.until is not None and getattr(storage.type_table(name).record_type, "bitemporal", False)
 
 
-def _lean(hit: Hit) -> bool:
-    """A hit known only by the ranking columns of its row (its full row still to be read)."""
-    return isinstance(hit.record, RowView) and "user_id" not in hit.record.row
+def _lean(hit: Hit) -> RowView | None:
+    """The view of a hit known only by the ranking columns of its row (its full row still to be
+    read), else None."""
+    record = hit.record
+    return record if isinstance(record, RowView) and "user_id" not in record.row else None
 
 
 async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hit], turns_store: str) -> list[Hit]:

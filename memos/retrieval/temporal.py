@@ -138,8 +138,8 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
         if name == "month_year":
             return month_window(int(g["year"]), _month(g["month"]), 1)
         if name == "season_year":
-            start, months = _SEASONS[g["season"].lower()]
-            return month_window(int(g["year"]), start, months)
+            first, months = _SEASONS[g["season"].lower()]
+            return month_window(int(g["year"]), first, months)
         if name == "ago":
             return ago_window(_count(g["count"]), g["unit"].lower(), now)
         if name == "relative":

@@ -90,11 +90,28 @@ def _number(text: str) -> int:
     return value
 
 
+def _group(g: dict[str, str | None], name: str) -> str:
+    """A group the matched pattern requires (a KeyError, read as "not a date", if it is absent)."""
+    value = g.get(name)
+    if value is None:
+        raise KeyError(name)
+    return value
+
+
 def _year(g: dict[str, str | None], now: datetime) -> int | None:
-    if g.get("year"):
-        return _number(g["year"][:-1] if g["year"].endswith("年") else g["year"])
+    """The year written (2023年, 二〇二三年) or named (去年), or None when the phrase gives none."""
+    if year := g.get("year"):
+        return _number(year[:-1] if year.endswith("年") else year)
     rel = g.get("rel")
     return None if rel is None else now.year + {"今年": 0, "去年": -1, "前年": -2, "明年": 1}[rel]
+
+
+def _given_year(g: dict[str, str | None], now: datetime) -> int:
+    """`_year` of a pattern that requires one."""
+    year = _year(g, now)
+    if year is None:
+        raise KeyError("year")
+    return year
 
 
 def _latest(month: int, day: int, now: datetime) -> int:
@@ -136,24 +153,24 @@ def _festival(fest: str, year: int | None, direction: str | None, now: datetime)
 def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetime, datetime] | None:
     today = datetime(now.year, now.month, now.day, tzinfo=UTC)
     if name in ("full_date", "full_date_anchor", "month_day", "month_day_anchor"):
-        month, day = _number(g["month"]), _number(g["day"])
-        year = _year(g, now) if name.startswith("full_date") else _latest(month, day, now)
+        month, day = _number(_group(g, "month")), _number(_group(g, "day"))
+        year = _given_year(g, now) if name.startswith("full_date") else _latest(month, day, now)
         window = day_window(year, month, day)  # ValueError when it is no date
-        return _anchored(datetime(year, month, day, tzinfo=UTC), g["dir"]) if name.endswith("_anchor") else window
+        return _anchored(datetime(year, month, day, tzinfo=UTC), _group(g, "dir")) if name.endswith("_anchor") else window
     if name in ("festival_year", "festival"):
-        return _festival(g["fest"], _year(g, now), g.get("dir"), now)
+        return _festival(_group(g, "fest"), _year(g, now), g.get("dir"), now)
     if name == "year_month":
-        return month_window(_year(g, now), _number(g["month"]), 1)
+        return month_window(_given_year(g, now), _number(_group(g, "month")), 1)
     if name == "season_year":
-        start, months = _SEASONS[g["season"]]
-        return month_window(_year(g, now), start, months)
+        first, months = _SEASONS[_group(g, "season")]
+        return month_window(_given_year(g, now), first, months)
     if name == "ago":
-        count = 3 if g["count"] in ("几", "好几") else _number(g["count"])
-        return ago_window(count, _UNITS[g["unit"]], now)
+        count = 3 if g["count"] in ("几", "好几") else _number(_group(g, "count"))
+        return ago_window(count, _UNITS[_group(g, "unit")], now)
     if name == "weekday":
         monday = shift(today, -timedelta(days=today.weekday()), -timedelta(weeks=1 if g["which"] == "上" else 0))
-        day = shift(monday, timedelta(days=_WEEKDAYS[g["wd"]]))
-        return shift(day, -DAY_SLACK), shift(day, timedelta(days=1), DAY_SLACK)
+        start = shift(monday, timedelta(days=_WEEKDAYS[_group(g, "wd")]))
+        return shift(start, -DAY_SLACK), shift(start, timedelta(days=1), DAY_SLACK)
     if name == "weekend":
         if g["which"] is None:  # 周末: the most recent weekend (this one, if it has begun)
             which = "this" if today.weekday() >= 5 else "last"
@@ -161,18 +178,18 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
             which = "last" if g["which"] == "上" else "this"
         return relative_window(which, "weekend", now)
     if name == "relative":
-        return relative_window("last" if g["which"] == "上" else "this", _UNITS[g["unit"]], now)
+        return relative_window("last" if g["which"] == "上" else "this", _UNITS[_group(g, "unit")], now)
     if name == "rel_year":
-        return year_window(_year(g, now))
+        return year_window(_given_year(g, now))
     if name == "named_day":
-        back = {"大前天": 3, "前天": 2, "昨天": 1, "昨晚": 1, "昨日": 1}.get(g["day"], 0)
+        back = {"大前天": 3, "前天": 2, "昨天": 1, "昨晚": 1, "昨日": 1}.get(_group(g, "day"), 0)
         start = shift(today, -timedelta(days=back))
         return start, shift(start, timedelta(days=1))
     if name == "month":
-        month = _number(g["month"])
+        month = _number(_group(g, "month"))
         if not 1 <= month <= 12:
             return None
         return month_window(now.year if month <= now.month else now.year - 1, month, 1)
     if name == "year":
-        return year_window(_year(g, now))
+        return year_window(_given_year(g, now))
     return None

@@ -53,7 +53,9 @@ def hash_token(token: str) -> str:
 
 def check_admin(given: str | None, admin_key: str | None) -> bool:
     """True when `given` is the admin key (constant-time compare; no admin key configured: never)."""
-    return bool(admin_key and given) and hmac.compare_digest(hash_token(given), hash_token(admin_key))  # type: ignore[arg-type]
+    if not admin_key or not given:
+        return False
+    return hmac.compare_digest(hash_token(given), hash_token(admin_key))
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,10 @@ class RecordTable(Protocol):
 class SharedIndex(Protocol):
     """One search over the default stores at once (a table mirroring them), when the store has one."""
 
-    types: Collection[str]
+    @property
+    def types(self) -> Collection[str]:
+        """The memory types mirrored."""
+        ...
 
     @property
     def usable(self) -> bool: ...
@@ -107,8 +110,16 @@ class Store(Protocol):
     embedder_name: str | None
     reads: ReadCache
     """Reads remembered at table versions; every write reports to it."""
-    search: SharedIndex
-    behind: WriteQueue
+
+    @property
+    def search(self) -> SharedIndex:
+        """The shared search over the default stores (read-only here, so an implementation's own class fits)."""
+        ...
+
+    @property
+    def behind(self) -> WriteQueue:
+        """The write-behind queue (read-only here, so an implementation's own class fits)."""
+        ...
 
     # --- rows of a memory type ---------------------------------------------------------------
 

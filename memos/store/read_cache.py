@@ -102,7 +102,7 @@ class ReadCache:
             carried = FORGET
             if version is not None and added is not None and entry.on_add is not None and entry.version == version - 1:
                 carried = entry.on_add(entry.value, added)
-            if carried is FORGET:
+            if carried is FORGET or version is None:  # version None: carried is FORGET
                 del self._entries[key]
             else:
                 entry.value, entry.version = carried, version

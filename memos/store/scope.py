@@ -16,10 +16,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypedDict
 
 from memos.exceptions import InvalidFilterError
 
-__all__ = ["MAX_ID_LENGTH", "Scope", "Where", "sql_in", "sql_string", "valid_at", "validate_record_id", "validate_value"]
+__all__ = ["MAX_ID_LENGTH", "Scope", "Stamp", "Where", "sql_in", "sql_string", "valid_at", "validate_record_id", "validate_value"]
 
 MAX_ID_LENGTH = 256
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -67,6 +68,14 @@ def sql_in(column: str, values: Iterable[str]) -> str:
     return f"{column} IN ({quoted})" if quoted else "false"
 
 
+class Stamp(TypedDict):
+    """The ids a record carries of the scope it was written in (`Scope.stamp`)."""
+
+    user_id: str
+    agent_id: str
+    session_id: str
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     """Who a memory belongs to: a user, optionally one of their agents and one session.
@@ -95,7 +104,7 @@ class Scope:
             parts.append(f"session_id = {sql_string(self.session_id)}")
         return " AND ".join(parts)
 
-    def stamp(self) -> dict[str, str]:
+    def stamp(self) -> Stamp:
         """The three ids a record written in this scope carries."""
         return {"user_id": self.user_id, "agent_id": self.agent_id or "", "session_id": self.session_id or ""}
 
@@ -179,3 +188,11 @@ class Where:
 
     def build(self) -> str | None:
         return " AND ".join(f"({p})" for p in self._parts) if self._parts else None
+
+    def condition(self) -> str:
+        """`build` for a call that must never match every row (a delete, a history rewrite, a
+        search of the shared table): at least one condition, else an error."""
+        where = self.build()
+        if where is None:
+            raise InvalidFilterError("a filter with no condition would match every row")
+        return where

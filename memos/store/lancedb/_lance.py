@@ -30,6 +30,7 @@ def defer_rest_client() -> None:
     if spec is None or spec.loader is None or not spec.submodule_search_locations:
         return
     module = importlib.util.module_from_spec(spec)
+    loader = spec.loader
     state = {"loaded": False}
 
     def load_rest(name: str) -> object:
@@ -37,7 +38,7 @@ def defer_rest_client() -> None:
             raise AttributeError(f"module {_CLIENT!r} has no attribute {name!r}")
         state["loaded"] = True
         del module.__dict__["__getattr__"]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        loader.exec_module(module)
         return getattr(module, name)
 
     module.__dict__["__getattr__"] = load_rest

@@ -12,6 +12,7 @@ reads those columns row by row. (Measurements: docs/benchmarks.md, "Indexes".)
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -70,17 +71,17 @@ async def ensure_indexes(storage: Storage, *, min_rows: int | None = None, max_p
         scalars = _SHARED_INDEXES if name == SEARCH_TABLE else _SCALAR_INDEXES
         for column, (kind, config) in scalars.items():
             if needs_scalar_index(rows, (column,) in indexed, min_rows=scalar_rows):
-                await storage.rewrite(table, lambda column=column, config=config: table.create_index(column, config=config(), replace=True))
+                await storage.rewrite(table, functools.partial(table.create_index, column, config=config(), replace=True))
                 notes.append(f"{kind}({column})")
         vectors = storage.embedder_name is not None
         if needs_ann_index(rows, ("vector",) in indexed, min_rows=ann_rows, has_vectors=vectors):
-            config = vector_index(rows)
-            await storage.rewrite(table, lambda table=table, config=config: table.create_index("vector", config=config, replace=True))
-            notes.append(f"ivf_hnsw_sq({config.num_partitions} partitions)")
+            ann = vector_index(rows)
+            await storage.rewrite(table, functools.partial(table.create_index, "vector", config=ann, replace=True))
+            notes.append(f"ivf_hnsw_sq({ann.num_partitions} partitions)")
         elif ("vector",) in indexed and (parts := await _vector_parts(storage, table)) > max_parts:
-            config = vector_index(rows)
-            await storage.rewrite(table, lambda table=table, config=config: table.create_index("vector", config=config, replace=True))
-            notes.append(f"ivf_hnsw_sq({config.num_partitions} partitions) rebuilt from {parts} parts")
+            ann = vector_index(rows)
+            await storage.rewrite(table, functools.partial(table.create_index, "vector", config=ann, replace=True))
+            notes.append(f"ivf_hnsw_sq({ann.num_partitions} partitions) rebuilt from {parts} parts")
         done[name] = ", ".join(notes) or (f"{rows} rows: indexes present" if indexed - {("text",)} else f"{rows} rows: brute force")
         if notes:
             log.info("indexes on %s (%d rows): %s", name, rows, ", ".join(notes))

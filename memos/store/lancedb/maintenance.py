@@ -11,6 +11,7 @@ that a stopped process left unfinished (`memos.store.lancedb.deletion`, `memos.j
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -43,7 +44,7 @@ async def compact_tables(storage: Storage, *, cleanup_older_than: timedelta = KE
     tables |= {SEARCH_TABLE: table for table in storage.search_tables()}
     for name, table in tables.items():
         try:
-            stats = await storage.rewrite(table, lambda table=table: table.optimize(cleanup_older_than=cleanup_older_than))
+            stats = await storage.rewrite(table, functools.partial(table.optimize, cleanup_older_than=cleanup_older_than))
         except RuntimeError as exc:
             if not is_conflict(exc):
                 raise

@@ -57,8 +57,9 @@ async def open_storage(
     local = local_path(uri)
     if local is not None and not uri.startswith("file://") and not local.is_absolute():
         uri = str(local.absolute())
+        local = local.absolute()
     if local is not None:  # another open of it in this process: its queued rows first (memos.store.lancedb.write_behind)
-        await WriteBehind.flush_open(local_path(uri))
+        await WriteBehind.flush_open(local)
     try:
         conn = await lancedb.connect_async(uri, storage_options=storage_options, read_consistency_interval=READ_CONSISTENCY,
                                            session=_session())
@@ -101,7 +102,8 @@ async def _migrate_fulltext(storage: Storage) -> None:
                    if r["text"] and MARK not in r["text"] and has_cjk(r["text"])]
         for start in range(0, len(changed), 1_000):
             batch = pa.Table.from_pylist(changed[start : start + 1_000], schema=pa.schema([("id", pa.string()), ("text", pa.string())]))
-            await storage.write(typed.table, lambda batch=batch, table=typed.table: table.merge_insert("id").when_matched_update_all().execute(batch))
+            # awaited here, so the loop's variables are the ones this batch needs
+            await storage.write(typed.table, lambda: typed.table.merge_insert("id").when_matched_update_all().execute(batch))
         if changed:
             await storage.rebuild_text_index(name)
             log.info("full-text index of %s: %d rows with Chinese, Japanese or Korean text re-indexed", name, len(changed))

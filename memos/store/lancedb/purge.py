@@ -9,6 +9,7 @@ maintenance job finishes it once no reader can still be on a version that old.
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
@@ -89,7 +90,7 @@ class Purge:
         log.warning("purge of old versions of %s deferred: other writers held the store for %.0f s or it is remote; "
                     "the next maintenance run finishes it", store.uri, wait)
         for table in tables:
-            await store.write(table, lambda table=table: table.optimize(cleanup_older_than=KEEP_VERSIONS))
+            await store.write(table, functools.partial(table.optimize, cleanup_older_than=KEEP_VERSIONS))
         return False
 
     async def finish_deferred(self, tables: Sequence[Any], now: datetime | None = None, *, wait: float = PURGE_WAIT) -> str | None:
@@ -105,7 +106,7 @@ class Purge:
         if (now or datetime.now(UTC)) - datetime.fromisoformat(requested) < PURGE_MARGIN:
             return "waiting"
         for table in tables:
-            await store.write(table, lambda table=table: table.optimize(cleanup_older_than=PURGE_MARGIN))
+            await store.write(table, functools.partial(table.optimize, cleanup_older_than=PURGE_MARGIN))
         await store.delete_meta([PENDING_PURGE])
         return "purged past the margin"
 
@@ -133,8 +134,8 @@ class Purge:
             if build is None:
                 raise RuntimeError(f"{index.name} on {table.name}: memos cannot rebuild a {index.index_type} index")
             column, = index.columns
-            await self._retrying(table, lambda column=column, config=build(rows), name=index.name: table.create_index(
-                column, config=config, replace=True, name=name), 12)
+            await self._retrying(table, functools.partial(table.create_index, column, config=build(rows), replace=True,
+                                                          name=index.name), 12)
         return bool(indexes)
 
     async def _drop_old_versions(self, table: Any, older_than: timedelta) -> None:

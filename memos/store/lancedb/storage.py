@@ -482,7 +482,7 @@ class Storage:
         """Remove meta entries (exact keys, quoted; never a pattern built from input)."""
         for key in keys:
             with self._reporting(META) as report:
-                report(await self.write(self.meta, lambda key=key: self.meta.delete(f"key = {sql_string(key)}")))
+                report(await self.write(self.meta, functools.partial(self.meta.delete, f"key = {sql_string(key)}")))
 
     async def rebuild_text_index(self, memory_type: str) -> None:
         """Recreate a table's full-text index from its current rows (drops terms of deleted rows)."""

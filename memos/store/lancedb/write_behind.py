@@ -80,13 +80,15 @@ def closing() -> bool:
 
 
 class _Index(Protocol):
-    table: Any
+    @property
+    def table(self) -> Any: ...
 
     async def append(self, rows: Sequence[dict[str, Any]]) -> None: ...
 
 
 class _Typed(Protocol):
-    table: Any
+    @property
+    def table(self) -> Any: ...
 
 
 class _Store(Protocol):
@@ -96,14 +98,18 @@ class _Store(Protocol):
     history_schema: pa.Schema
     meta: Any
     meta_schema: pa.Schema
-    search: _Index
-    tables: Mapping[str, _Typed]
+
+    @property
+    def search(self) -> _Index: ...
+
+    @property
+    def tables(self) -> Mapping[str, _Typed]: ...
 
     async def append_history(self, entries: list[dict[str, Any]]) -> None: ...
 
     async def write_held(self, memory_type: str, rows: pa.Table) -> None: ...
 
-    async def write_state(self, values: Mapping[str, str]) -> None: ...
+    async def write_state(self, values: dict[str, str]) -> None: ...
 
 
 class _Batch:
