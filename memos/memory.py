@@ -14,10 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from memos.jobs.merging import (
-    SUPERSEDE,
-    superseded_marks,
-)
+from memos.jobs.merging import SUPERSEDE, superseded_marks
 from memos.retrieval.ranking import Hit, RankingPolicy
 from memos.retrieval.search import SearchRequest, search
 from memos.store.history import HistoryEntry
@@ -29,13 +26,7 @@ from memos.store.scope import Scope, Where, validate_record_id, validate_value
 from . import validation as check
 from ._sync import check_sync_twins, sync_classmethod_twin, sync_twin
 from .embeddings import TextEmbedder, resolve_embedder
-from .exceptions import (
-    ConfigError,
-    InvalidRecordError,
-    RecordChangedError,
-    RecordNotFoundError,
-    UnknownMemoryTypeError,
-)
+from .exceptions import ConfigError, InvalidRecordError, RecordChangedError, RecordNotFoundError, UnknownMemoryTypeError
 from .ingest import Message
 from .memtypes import BUILTIN_TYPES, Episode, MemoryRecord
 from .model_backend import MemoryAgent, ModelBackend

@@ -21,15 +21,14 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from memos.store.scope import Scope
-
 from pydantic import ValidationError
+
+from memos.store.scope import Scope, validate_value
 
 from . import validation as check
 from .crypto import VaultCipher
 from .exceptions import ConfigError, InvalidFilterError, InvalidRecordError
 from .memtypes import new_id
-from memos.store.scope import validate_value
 
 if TYPE_CHECKING:
     from .memory import MemoryOS

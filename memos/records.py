@@ -23,12 +23,7 @@ from memos.store.scope import Scope, Where, validate_record_id, validate_value
 from . import validation as check
 from ._sync import check_sync_twins, sync_twin
 from .embeddings import TextEmbedder
-from .exceptions import (
-    DuplicateIdError,
-    InvalidRecordError,
-    RecordChangedError,
-    RecordNotFoundError,
-)
+from .exceptions import DuplicateIdError, InvalidRecordError, RecordChangedError, RecordNotFoundError
 from .memtypes import MemoryRecord
 from .telemetry import span
 from .time_bounds import shift

@@ -16,11 +16,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from pydantic import ValidationError
 
-from memos.jobs.merging import (
-    MERGE,
-    merge_note,
-    merged_marks,
-)
+from memos.jobs.merging import MERGE, merge_note, merged_marks
 from memos.store.history import HistoryEntry
 from memos.store.lancedb.storage import META
 from memos.store.read_cache import FORGET, ReadCache
@@ -29,12 +25,7 @@ from memos.store.scope import Scope, Where, validate_record_id, validate_value
 from . import validation as check
 from ._sync import check_sync_twins, sync_twin
 from .embeddings import LOCAL_BATCH, resolve_embedder
-from .exceptions import (
-    ConfigError,
-    InvalidRecordError,
-    RecordChangedError,
-    RecordNotFoundError,
-)
+from .exceptions import ConfigError, InvalidRecordError, RecordChangedError, RecordNotFoundError
 from .ingest import Message, episodes_from_messages
 from .memtypes import Episode, MemoryRecord, new_id
 from .time_bounds import shift

@@ -212,16 +212,7 @@ class Vault:
         every secret is re-encrypted, then the new key replaces the old. An interrupted rotation
         is finished by running it again.
         """
-        from .crypto import (
-            ENV_KEY,
-            VaultCipher,
-            generate_key,
-            load_keys,
-            load_or_create_key,
-            pending_key_file,
-            retire_key,
-            write_key_file,
-        )
+        from .crypto import ENV_KEY, VaultCipher, generate_key, load_keys, load_or_create_key, pending_key_file, retire_key, write_key_file
 
         if new_key is not None and (not isinstance(new_key, bytes) or len(new_key) != 32):
             raise ConfigError("new_key must be 32 random bytes (or None to generate one)")

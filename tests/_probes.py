@@ -26,8 +26,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def writer(db: str, side: str, user: str, stop: str, seed: int) -> None:
-    from memos import MemoryOS, Scope
     from memos.memtypes import Fact
+
+    from memos import MemoryOS, Scope
 
     rng = random.Random(seed)
     mem = MemoryOS.open_sync(db, embedder=None)
@@ -101,9 +102,10 @@ def worker(db: str, seconds: str, log_file: str) -> None:
 
 
 def churn(db: str) -> None:
+    from memos.memtypes import Fact
+
     from memos import MemoryOS, Scope
     from memos.jobs.runs import consolidate
-    from memos.memtypes import Fact
 
     mem = MemoryOS.open_sync(db, embedder=None)
     scope = Scope("churn", "a", "s")

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from memos.agents import MemoryManager, memory_capability
+from memos.memtypes import Fact
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memos.agents import MemoryManager, memory_capability
 from memos import MemoryOS, Scope
-from memos.memtypes import Fact
 
 SCOPE = Scope("alice", "bot", "s1")
 

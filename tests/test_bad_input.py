@@ -19,13 +19,7 @@ from memos.memtypes import Episode, Fact, MemoryRecord, VaultItem
 from memos import MemoryOS, Scope
 from memos._sync import run_sync
 from memos.crypto import VaultAccessError
-from memos.exceptions import (
-    ConfigError,
-    DuplicateIdError,
-    InvalidFilterError,
-    InvalidRecordError,
-    MemosError,
-)
+from memos.exceptions import ConfigError, DuplicateIdError, InvalidFilterError, InvalidRecordError, MemosError
 from memos.portability import export_scope, import_lines
 from memos.retrieval.ranking import Hit
 from memos.store.history import HistoryEntry

@@ -10,13 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
-from memos import MemoryOS, Scope
-import memos.services as memory_module
-from memos.embeddings import TextEmbedder
 from memos.memtypes import Episode, Fact, Procedure
-from memos.store.lancedb.storage import Storage
 
+import memos.services as memory_module
+from memos import MemoryOS, Scope
+from memos.embeddings import TextEmbedder
+from memos.store.lancedb.storage import Storage
 
 
 async def shared_rows(mem: MemoryOS) -> dict[tuple[str, str], dict]:

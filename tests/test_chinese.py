@@ -7,20 +7,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from memos.memtypes import Episode
 from pydantic_ai.messages import ModelResponse, SystemPromptPart, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
 from memos import MemoryOS, Scope
 from memos.bench.retrieval import run_retrieval_bench
+from memos.context.paging import ExtractiveSummarizer, turn_line
 from memos.demo import run_demo
 from memos.embeddings import TextEmbedder
-from memos.store.fulltext import MARK, index_form, query_words
 from memos.ingest import Message
-from memos.memtypes import Episode
-from memos.context.paging import ExtractiveSummarizer, turn_line
 from memos.retrieval.ranking import RankingPolicy
 from memos.retrieval.replies import refers_back
 from memos.retrieval.search import for_language, interleave, question_parts
+from memos.store.fulltext import MARK, index_form, query_words
 from memos.store.lancedb.search_index import SEARCH_META
 
 SCOPE = Scope("wang", "bot", "s1")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+from memos.memtypes import Episode, Fact, Procedure
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memos.jobs.consolidation import fact_key, normalize_text, plan_consolidation
 from memos.jobs.runs import consolidate
-from memos.memtypes import Episode, Fact, Procedure
 
 
 async def test_duplicates_merge_and_contradiction_supersedes_with_present_and_past_answers(mem, clock, alice, bob):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from memos.jobs.decay import DecayPolicy, plan_decay, retention_score
 from memos.memtypes import CoreBlock, Episode, Fact, Procedure, VaultItem
+
+from memos.jobs.decay import DecayPolicy, plan_decay, retention_score
 
 
 async def test_decay_archives_exactly_the_records_below_threshold(mem, clock, alice, bob):

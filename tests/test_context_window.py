@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from memos.memtypes import CoreBlock
 
+from memos.context.paging import newest_lines
 from memos.context.window import DROP_ORDER, BudgetPolicy, SectionSizes, plan_context, render_system_prompt
 from memos.exceptions import BudgetError, ConfigError
-from memos.memtypes import CoreBlock
-from memos.context.paging import newest_lines
 from memos.tokens import tokenizer_for
 
 POLICY = BudgetPolicy(total=4000)

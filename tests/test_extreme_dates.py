@@ -15,13 +15,13 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from memos.memtypes import Episode, Fact
 
 from memos import MemoryOS, Scope
 from memos.exceptions import InvalidRecordError
 from memos.jobs.runs import run_job
-from memos.memtypes import Episode, Fact
-from memos.retrieval.packing import render_hits
 from memos.portability import export_scope, import_lines
+from memos.retrieval.packing import render_hits
 from memos.retrieval.temporal import parse_time_window
 from memos.time_bounds import EARLIEST, LATEST, shift
 
@@ -136,9 +136,8 @@ def test_shift_holds_at_the_first_and_last_instant():
 
 
 def test_a_tool_date_outside_the_calendar_in_utc_is_a_model_retry():
-    from pydantic_ai import ModelRetry
-
     from memos.agents.arguments import parse_when
+    from pydantic_ai import ModelRetry
 
     with pytest.raises(ModelRetry, match="outside the years 1 to 9999 once taken to UTC"):
         parse_when("0001-01-01T00:00+14:00", "since")

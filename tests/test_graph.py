@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from memos.memtypes import Entity, Relation
 from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memos import Scope
 from memos.graph.extraction import extract_mentions, query_names
-from memos.memtypes import Entity, Relation
 from memos.portability import forget_user
 
 SCOPE = Scope("alice", "bot", "s1")

@@ -14,16 +14,15 @@ import hashlib
 import json
 
 import pytest
+from memos.memtypes import Fact
 from typer.testing import CliRunner
 
 from memos import MemoryOS, Scope
+from memos._sync import run_sync
 from memos.cli import app
 from memos.exceptions import MemosError
 from memos.jobs.runs import run_job
-from memos.memtypes import Fact
-from memos._sync import run_sync
 from memos.portability import export_scope, import_lines
-
 
 runner = CliRunner()
 HEADER = json.dumps({"kind": "header", "format": "memos-export/1", "scope": {"user_id": "alice"}, "types": []})

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import lancedb
 import pyarrow as pa
+from memos.memtypes import Episode, Fact
 
 from memos import MemoryOS, Scope
 from memos.store.lancedb.maintenance import maintain
 from memos.store.schema import arrow_schema
-from memos.memtypes import Episode, Fact
 
 
 async def test_maintenance_indexes_scope_columns_and_vectors_without_changing_results(mem):

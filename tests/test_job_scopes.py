@@ -26,9 +26,9 @@ from memos import MemoryOS, Scope
 from memos._sync import run_sync
 from memos.cli import app
 from memos.exceptions import InvalidRecordError
-from memos.jobs.runs import run_job
 from memos.jobs.consolidation import plan_consolidation
 from memos.jobs.decay import DecayPolicy, plan_decay
+from memos.jobs.runs import run_job
 
 runner = CliRunner()
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from memos.memtypes import Fact
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
 from memos import Scope
-from memos.memtypes import Fact
 
 SCOPE = Scope("alice", "bot", "s1")
 

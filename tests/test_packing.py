@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from memos.memtypes import Episode, Fact
 
 from memos.retrieval.packing import pack, render_hits
 from memos.retrieval.ranking import Hit
 from memos.tokens import tokenizer_for
-from memos.memtypes import Episode, Fact
 
 count = tokenizer_for("gpt-4o").count
 

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from memos.memtypes import Episode, Fact
 
 from memos.retrieval.ranking import Candidate, RankingPolicy, fuse
 from memos.retrieval.temporal import parse_time_window
-from memos.memtypes import Episode, Fact
 
 NOW = datetime(2026, 1, 5, tzinfo=UTC)
 

@@ -8,15 +8,15 @@ import asyncio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from memos.memtypes import Fact, VaultItem
 
 from memos import MemoryOS, Scope
+from memos.context.session import MemorySession
 from memos.context.window import BudgetPolicy, SectionSizes, StepInputs, plan_context, plan_step
 from memos.exceptions import BudgetError
-from memos.memtypes import Fact, VaultItem
 from memos.retrieval.packing import MemorySize
-from memos.store.read_cache import FORGET, KEEP, ReadCache
-from memos.context.session import MemorySession
 from memos.store.lancedb.storage import READ_CONSISTENCY
+from memos.store.read_cache import FORGET, KEEP, ReadCache
 
 
 def test_a_read_is_carried_past_this_process_own_add_and_forgotten_otherwise():

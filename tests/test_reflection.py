@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+from memos.agents.reflection import render_prompt
+from memos.memtypes import Episode, Fact, Procedure
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memos.agents.reflection import render_prompt
 from memos.jobs.runs import ReflectionPolicy, reflection_state, should_reflect
-from memos.memtypes import Episode, Fact, Procedure
 
 _ID = re.compile(r"\[([0-9a-f]{32})\]")
 

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from memos.memtypes import Fact
 from pydantic_ai.embeddings import Embedder, TestEmbeddingModel
 
 from memos import MemoryOS, Scope
 from memos._sync import run_sync
 from memos.exceptions import ConfigError, MemoryOSError
-from memos.memtypes import Fact
 
 TIMEOUT = 90.0
 ALICE = Scope("alice")

@@ -6,11 +6,11 @@ import time
 from datetime import timedelta
 
 import pytest
+from memos.memtypes import Fact
 
 from memos import ConfigError, MemoryOS, Scope
 from memos.jobs.runs import job_history
 from memos.jobs.scheduler import MemoryScheduler, default_jobs_url, job_id
-from memos.memtypes import Fact
 
 
 async def _job_runs(db_path, kind=None) -> list[dict]:
@@ -104,10 +104,9 @@ async def test_one_running_instance_per_job(db_path, clock, alice):
     import threading
 
     from apscheduler.events import EVENT_JOB_MAX_INSTANCES
+    from memos.memtypes import Episode
     from pydantic_ai.messages import ModelResponse, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
-
-    from memos.memtypes import Episode
 
     entered, release = threading.Event(), threading.Event()
 

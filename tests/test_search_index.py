@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from memos.memtypes import Episode, Fact, Procedure, VaultItem
+
 from memos import MemoryOS, Scope
 from memos.bench.scale import HashedTokens
-from memos.memtypes import Episode, Fact, Procedure, VaultItem
 from memos.portability import export_scope, forget_user, import_lines
 from memos.store.lancedb.search_index import RECORD, SEARCH_META, ranked_row, ranked_rows
 

@@ -8,15 +8,15 @@ import stat
 from pathlib import Path
 
 import pytest
+from memos.memtypes import Episode, Fact, VaultItem
 from typer.testing import CliRunner
 
 from memos import MemoryOS, Scope
 from memos.cli import app
-from memos.store.lancedb.indexing import ensure_indexes
-from memos.store.lancedb.search_index import SEARCH_TABLE
 from memos.crypto import VaultKeyError, generate_key, write_key_file
 from memos.portability import export_scope, import_lines
-from memos.memtypes import Episode, Fact, VaultItem
+from memos.store.lancedb.indexing import ensure_indexes
+from memos.store.lancedb.search_index import SEARCH_TABLE
 
 SECRET = "correct-horse-battery-staple-991"
 runner = CliRunner()

@@ -16,16 +16,15 @@ from collections.abc import Iterator
 
 import httpx2 as httpx
 import pytest
+from memos.memtypes import VaultItem
 from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
+from test_serve import ADMIN, Api, assert_error
 
 from memos.bench.serve import ServerProcess
 from memos.crypto import VaultAccessError
-from memos.memtypes import VaultItem
 from memos.serve import ServeConfig, create_app
 from memos.serve.deps import MAX_BODY_BYTES
-
-from test_serve import ADMIN, Api, assert_error
 
 
 @pytest.fixture

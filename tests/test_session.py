@@ -6,12 +6,12 @@ import json
 import random
 
 import pytest
+from memos.memtypes import Fact
 
 from memos import MemoryOS, Scope, StoreUnavailableError
-from memos.context.window import BudgetPolicy
 from memos.context.session import MemorySession
+from memos.context.window import BudgetPolicy
 from memos.tokens import tokenizer_for
-from memos.memtypes import Fact
 
 TOPICS = ["the garden", "my sister's wedding", "a job interview", "the marathon", "learning Rust", "our trip to Lisbon",
           "the new puppy", "a leaking roof", "a book club", "grandma's recipes"]

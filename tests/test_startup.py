@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=cwd, check=True)
 

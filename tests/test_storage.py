@@ -15,13 +15,7 @@ from typer.testing import CliRunner
 
 from memos import MemoryOS, Scope
 from memos.cli import app
-from memos.exceptions import (
-    EmbeddingDimensionError,
-    InvalidFilterError,
-    InvalidRecordError,
-    RecordNotFoundError,
-    UnknownMemoryTypeError,
-)
+from memos.exceptions import EmbeddingDimensionError, InvalidFilterError, InvalidRecordError, RecordNotFoundError, UnknownMemoryTypeError
 from memos.tokens import tokenizer_for
 
 runner = CliRunner()

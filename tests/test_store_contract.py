@@ -15,11 +15,11 @@ from typing import Any
 
 import boto3
 import pytest
+from memos.memtypes import BUILTIN_TYPES, Episode, Fact, MemoryRecord
 from moto.server import ThreadedMotoServer
 
 from memos.bench.scale import HashedTokens
 from memos.exceptions import RecordChangedError
-from memos.memtypes import BUILTIN_TYPES, Episode, Fact, MemoryRecord
 from memos.store.history import history_row
 from memos.store.lancedb.opening import open_storage
 from memos.store.protocol import Store

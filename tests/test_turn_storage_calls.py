@@ -50,11 +50,11 @@ from __future__ import annotations
 import asyncio
 import functools
 
+from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 
 from memos import Scope
-from memos.memtypes import Episode, Fact, Procedure, Resource, VaultItem
 from memos.store.lancedb.storage import Storage
 
 CALLS_AT_MOST = 5

@@ -6,14 +6,15 @@ import multiprocessing
 import time
 from datetime import UTC, datetime, timedelta
 
+from memos.memtypes import Fact
+
 from memos import MemoryOS, Scope
 from memos._sync import run_sync
 from memos.jobs.consolidation import normalize_text
 from memos.jobs.runs import job_history, refresh_tables
 from memos.jobs.scheduler import MemoryScheduler
-from memos.store.scope import Where
 from memos.jobs.worker import worker_main
-from memos.memtypes import Fact
+from memos.store.scope import Where
 
 
 def _runs(mem: MemoryOS, scope: Scope) -> list[dict]:

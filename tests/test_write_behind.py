@@ -11,12 +11,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from memos import MemoryOS, Scope
-from memos.jobs.audit import history_gaps
-from memos.store.lancedb.journal import JOURNAL_DIR
 from memos.memtypes import Fact
-from memos.portability import forget_user
+
+from memos import MemoryOS, Scope
 from memos.context.session import MemorySession
+from memos.jobs.audit import history_gaps
+from memos.portability import forget_user
+from memos.store.lancedb.journal import JOURNAL_DIR
 
 ALICE = Scope("alice", "bot", "s1")
 

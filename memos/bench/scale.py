@@ -26,15 +26,7 @@ from typing import Any
 
 from memos.embeddings import TextEmbedder, local_embedder
 from memos.memory import MemoryOS
-from memos.memtypes import (
-    CoreBlock,
-    Episode,
-    Fact,
-    MemoryRecord,
-    Procedure,
-    Resource,
-    VaultItem,
-)
+from memos.memtypes import CoreBlock, Episode, Fact, MemoryRecord, Procedure, Resource, VaultItem
 from memos.store.lancedb.maintenance import maintain
 from memos.store.scope import Scope
 

@@ -12,15 +12,7 @@ from memos._sync import run_sync
 from memos.exceptions import RecordNotFoundError
 from memos.store.scope import Scope
 
-from ._app import (
-    DbOption,
-    JsonOption,
-    UserOption,
-    emit_json,
-    fail,
-    guarded,
-    open_existing,
-)
+from ._app import DbOption, JsonOption, UserOption, emit_json, fail, guarded, open_existing
 from .jobs import inspect_app
 
 

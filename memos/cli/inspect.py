@@ -12,18 +12,7 @@ from rich.table import Table
 from memos._sync import run_sync
 from memos.store.scope import Scope
 
-from ._app import (
-    DbOption,
-    JsonOption,
-    UserOption,
-    app,
-    console,
-    embedder_choice,
-    emit_json,
-    fail,
-    guarded,
-    open_existing,
-)
+from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded, open_existing
 from .jobs import inspect_app
 
 if TYPE_CHECKING:

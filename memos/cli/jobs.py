@@ -16,16 +16,7 @@ import typer
 from memos._sync import run_sync
 from memos.store.scope import Scope
 
-from ._app import (
-    JsonOption,
-    UserOption,
-    app,
-    console,
-    embedder_choice,
-    emit_json,
-    fail,
-    guarded,
-)
+from ._app import JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded
 
 __all__ = ["inspect_app", "jobs_app", "show_jobs"]
 

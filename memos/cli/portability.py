@@ -10,17 +10,7 @@ import typer
 from memos._sync import run_sync
 from memos.store.scope import Scope
 
-from ._app import (
-    DbOption,
-    JsonOption,
-    UserOption,
-    app,
-    console,
-    emit_json,
-    fail,
-    guarded,
-    open_existing,
-)
+from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, open_existing
 
 if TYPE_CHECKING:
     from memos.memory import MemoryOS

@@ -8,16 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ._app import (
-    DbOption,
-    app,
-    console,
-    embedder_choice,
-    emit_json,
-    fail,
-    guarded,
-    open_existing,
-)
+from ._app import DbOption, app, console, embedder_choice, emit_json, fail, guarded, open_existing
 
 keys_app = typer.Typer(help="API keys of `memos serve` (stored hashed in the store).", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")

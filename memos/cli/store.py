@@ -13,17 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressC
 from memos._sync import run_sync
 from memos.store.scope import Scope
 
-from ._app import (
-    DbOption,
-    JsonOption,
-    UserOption,
-    app,
-    console,
-    emit_json,
-    fail,
-    guarded,
-    open_existing,
-)
+from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, open_existing
 
 
 def _read_messages(path: Path) -> list[dict]:

@@ -15,12 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from memos.exceptions import (
-    BlockLimitError,
-    ReadOnlyBlockError,
-    TextNotFoundError,
-    UnknownBlockError,
-)
+from memos.exceptions import BlockLimitError, ReadOnlyBlockError, TextNotFoundError, UnknownBlockError
 from memos.memtypes import CoreBlock, MemoryRecord
 from memos.store.scope import Scope
 

@@ -26,13 +26,7 @@ from pydantic import ValidationError
 
 from memos.exceptions import InvalidRecordError, RecordNotFoundError
 from memos.jobs.merging import DisjointSets
-from memos.jobs.partition import (
-    ScopeKey,
-    by_scope,
-    record_scope,
-    same_scope,
-    stored_scope,
-)
+from memos.jobs.partition import ScopeKey, by_scope, record_scope, same_scope, stored_scope
 from memos.memtypes import MemoryRecord
 from memos.memtypes.entity import Entity, Relation, normal_name
 from memos.retrieval.ranking import Candidate, RowView
@@ -40,9 +34,9 @@ from memos.retrieval.speakers import ROLES
 from memos.store.history import history_row
 from memos.store.protocol import Store
 from memos.store.scope import Scope, Where, sql_string, validate_record_id
+from memos.validation import check_time
 
 from .extraction import extract_mentions, query_names
-from memos.validation import check_time
 
 if TYPE_CHECKING:
     from memos.embeddings import TextEmbedder

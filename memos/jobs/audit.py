@@ -25,7 +25,6 @@ from typing import Any
 from memos.memtypes import new_id
 from memos.store.protocol import Store
 from memos.store.scope import sql_in, sql_string
-
 from memos.validation import HISTORY_REQUIRED
 
 __all__ = ["CREATION_OPS", "REPAIR_GRACE", "history_gaps", "malformed_history", "repair_history"]

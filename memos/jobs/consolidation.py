@@ -44,14 +44,7 @@ if TYPE_CHECKING:
 
 from memos.exceptions import RecordChangedError
 
-from .merging import (
-    MERGE,
-    SUPERSEDE,
-    DisjointSets,
-    merge_note,
-    merged_marks,
-    superseded_marks,
-)
+from .merging import MERGE, SUPERSEDE, DisjointSets, merge_note, merged_marks, superseded_marks
 from .partition import ScopeKey, by_scope, same_scope, stored_scope
 
 __all__ = [

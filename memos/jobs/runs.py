@@ -35,14 +35,7 @@ from memos.store.lancedb.errors import is_conflict
 from memos.store.scope import Scope
 from memos.telemetry import span
 
-from .consolidation import (
-    ConsolidationPlan,
-    Merge,
-    Supersede,
-    apply_plan,
-    normalize_text,
-    plan_consolidation,
-)
+from .consolidation import ConsolidationPlan, Merge, Supersede, apply_plan, normalize_text, plan_consolidation
 from .decay import DecayPolicy, apply_decay
 from .partition import ScopeKey, by_scope, same_scope, stored_scope
 from .reflection_state import reflection_key, reflection_state, scope_key

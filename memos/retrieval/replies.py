@@ -28,9 +28,9 @@ from typing import Any
 
 from memos.store.protocol import Store
 from memos.store.scope import Scope, Where
+from memos.time_bounds import shift
 
 from .ranking import Hit
-from memos.time_bounds import shift
 
 __all__ = ["antecedent", "asks", "exchange_partners", "refers_back", "reply_at", "session_turns", "with_replies"]
 

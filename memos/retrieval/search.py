@@ -24,6 +24,7 @@ from memos.store.fulltext import cjk_share, query_words
 from memos.store.protocol import EVENT_TIME, RECORD, Store
 from memos.store.read_cache import FORGET
 from memos.store.scope import Scope, Where, sql_in, valid_at
+from memos.time_bounds import shift
 
 from .answer_types import expected_answer, favour_answers
 from .packing import pack
@@ -31,7 +32,6 @@ from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
 from .speakers import SpeakerTally, favour_speakers, named_speakers, without_speakers
 from .temporal import parse_time_window
-from memos.time_bounds import shift
 
 __all__ = ["RowView", "SearchRequest", "for_language", "fts_query", "interleave", "question_parts", "scope_speakers", "search"]
 

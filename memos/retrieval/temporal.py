@@ -19,18 +19,10 @@ import calendar
 import re
 from datetime import UTC, datetime, timedelta
 
-from .temporal_zh import parse_zh, zh_sources
 from memos.time_bounds import shift
-from .time_windows import (
-    ANCHOR_REACH,
-    DAY_SLACK,
-    TimeWindow,
-    ago_window,
-    day_window,
-    month_window,
-    relative_window,
-    year_window,
-)
+
+from .temporal_zh import parse_zh, zh_sources
+from .time_windows import ANCHOR_REACH, DAY_SLACK, TimeWindow, ago_window, day_window, month_window, relative_window, year_window
 
 __all__ = ["TimeWindow", "ago_window", "day_window", "mentions_time", "month_window", "parse_time_window", "relative_window"]
 

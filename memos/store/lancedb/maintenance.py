@@ -16,13 +16,12 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from memos.jobs.audit import repair_history
+from memos.jobs.audit import malformed_history, repair_history
 
 from ._malloc import release_free_memory
 from .compaction import KEEP_VERSIONS
 from .deletion import finish_deletes
 from .errors import is_conflict
-from memos.jobs.audit import malformed_history
 from .indexing import MAX_INDEX_PARTS, ensure_indexes
 from .search_index import SEARCH_TABLE
 from .storage import Storage

@@ -23,17 +23,7 @@ from .errors import brief, storage_error
 from .lease import StoreLease, local_path
 from .replay import replay_journal
 from .search_index import SearchIndex
-from .storage import (
-    DEFAULT_DIM,
-    HISTORY_TABLE,
-    META,
-    META_SCHEMA,
-    READ_CONSISTENCY,
-    Storage,
-    TypeTable,
-    read_meta,
-    write_meta,
-)
+from .storage import DEFAULT_DIM, HISTORY_TABLE, META, META_SCHEMA, READ_CONSISTENCY, Storage, TypeTable, read_meta, write_meta
 from .text_index import text_index
 from .write_behind import WriteBehind
 

@@ -23,21 +23,12 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from memos.exceptions import (
-    RecordChangedError,
-)
+from memos.exceptions import RecordChangedError
 from memos.memtypes import MemoryRecord
 from memos.store.fulltext import index_form, plain_text
 from memos.store.history import HISTORY_SCHEMA, HistoryEntry, history_entry, micros
 from memos.store.read_cache import ReadCache
-from memos.store.schema import (
-    VECTOR_COLUMN,
-    arrow_rows,
-    arrow_schema,
-    arrow_table,
-    record_from_row,
-    row_from_record,
-)
+from memos.store.schema import VECTOR_COLUMN, arrow_rows, arrow_schema, arrow_table, record_from_row, row_from_record
 from memos.store.scope import sql_in, sql_string
 from memos.time_bounds import EARLIEST
 
