@@ -83,6 +83,23 @@ def bob() -> Scope:
     return Scope("bob", "assistant", "s1")
 
 
+async def store_hashes(mem: MemoryOS) -> dict[str, str]:
+    """Row count and a hash of every row of every table, history and meta included: bad input
+    must leave all of it as it was (tests/test_bad_input.py, tests/test_import_checks.py)."""
+    import hashlib
+    import json
+
+    tables = {name: t.table for name, t in mem.storage.tables.items()}
+    tables["history"] = mem.storage.history
+    out = {}
+    for name, table in tables.items():
+        rows = (await table.query().to_arrow()).to_pylist()
+        blob = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+        out[name] = f"{len(rows)}:{hashlib.sha256(''.join(blob).encode()).hexdigest()}"
+    out["meta"] = json.dumps(await mem.storage.get_meta(), sort_keys=True, default=str)
+    return out
+
+
 async def table_snapshot(memory: MemoryOS) -> dict[str, list]:
     """Every row of every table (vectors left out) and the history: to prove nothing changed."""
     out: dict[str, list] = {}

@@ -7,11 +7,10 @@ and meta included) hashes the same as before.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from conftest import store_hashes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memos.memtypes import Episode, Fact, MemoryRecord, VaultItem
@@ -167,17 +166,7 @@ odd_type = st.sampled_from(["nope", "", 5, None, ["semantic"], "Semantic"])
 
 def state(mem: MemoryOS) -> dict[str, str]:
     """Row count and a hash of every row of every table, history and meta included."""
-    async def grab() -> dict[str, str]:
-        tables = {name: t.table for name, t in mem.storage.tables.items()}
-        tables["history"] = mem.storage.history
-        out = {}
-        for name, table in tables.items():
-            rows = (await table.query().to_arrow()).to_pylist()
-            blob = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
-            out[name] = f"{len(rows)}:{hashlib.sha256(''.join(blob).encode()).hexdigest()}"
-        out["meta"] = json.dumps(await mem.storage.get_meta(), sort_keys=True, default=str)
-        return out
-    return run_sync(grab())
+    return run_sync(store_hashes(mem))
 
 
 _STORE: dict[str, tuple[MemoryOS, list[str]]] = {}

@@ -10,10 +10,10 @@ maintenance run, never a TypeError.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
+from conftest import store_hashes
 from memos.memtypes import Fact
 from typer.testing import CliRunner
 
@@ -32,17 +32,8 @@ GOOD_RECORD = {"id": "r1", "user_id": "alice", "subject": "Alice", "summary": "A
 
 
 async def state(mem: MemoryOS) -> dict[str, str]:
-    """Row count and a hash of every row of every table, history and meta included (as
-    tests/test_bad_input.py takes it)."""
-    tables = {name: t.table for name, t in mem.storage.tables.items()}
-    tables["history"] = mem.storage.history
-    out = {}
-    for name, table in tables.items():
-        rows = (await table.query().to_arrow()).to_pylist()
-        blob = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
-        out[name] = f"{len(rows)}:{hashlib.sha256(''.join(blob).encode()).hexdigest()}"
-    out["meta"] = json.dumps(await mem.storage.get_meta(), sort_keys=True, default=str)
-    return out
+    """Row count and a hash of every row of every table, history and meta included."""
+    return await store_hashes(mem)
 
 
 def record(**changes: object) -> str:

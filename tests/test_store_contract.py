@@ -6,19 +6,17 @@ pass every test here. The tests use nothing but the protocol's members."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import typing
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from memos.memtypes import BUILTIN_TYPES, Episode, Fact, MemoryRecord
-from moto.server import ThreadedMotoServer
 
 from memos.bench.scale import HashedTokens
+from memos.bench.serve import loopback_s3
 from memos.exceptions import RecordChangedError
 from memos.store.history import history_row
 from memos.store.lancedb.opening import open_storage
@@ -31,23 +29,10 @@ ALICE, BOB = Scope("alice", "helper"), Scope("bob", "helper")
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3_options() -> typing.Iterator[dict[str, str]]:
-    port = _port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
-                 region_name="us-east-1").create_bucket(Bucket="contract")
-    yield {"aws_endpoint": endpoint, "aws_access_key_id": "test", "aws_secret_access_key": "test",
-           "aws_region": "us-east-1", "allow_http": "true"}
-    server.stop()
+    with loopback_s3("contract") as options:
+        yield options
 
 
 @pytest.fixture(params=BACKENDS)
