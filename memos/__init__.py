@@ -36,6 +36,7 @@ from .exceptions import (  # noqa: E402
     MemosError,
     RecordChangedError,
     RecordNotFoundError,
+    ScopeError,
     StoreFullError,
     StoreUnavailableError,
     UnknownMemoryTypeError,
@@ -46,6 +47,7 @@ from .exceptions import (  # noqa: E402
 _LAZY = {
     "Message": ".ingest", "MemoryOS": ".memory", "ScopedMemory": ".memory", "Hit": ".retrieval.ranking",
     "RankingPolicy": ".retrieval.ranking", "HistoryEntry": ".store.history", "Tokenizer": ".tokens", "tokenizer_for": ".tokens",
+    "Client": ".client.sync", "AsyncClient": ".client.async_",
 }
 
 
@@ -64,7 +66,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AsyncClient",
     "BudgetError",
+    "Client",
     "ConfigError",
     "DuplicateIdError",
     "EmbeddingDimensionError",
@@ -80,6 +84,7 @@ __all__ = [
     "RecordChangedError",
     "RecordNotFoundError",
     "Scope",
+    "ScopeError",
     "ScopedMemory",
     "StoreFullError",
     "StoreUnavailableError",

@@ -6,6 +6,7 @@ The hierarchy has three branches, one per audience::
     ├── ConfigError              a developer's mistake; the message names the fix
     │   ├── UnknownMemoryTypeError
     │   ├── InvalidFilterError        a scope id, tag, date or id that cannot be used safely
+    │   ├── ScopeError                a scope the caller may not act for (another user or agent than its API key's)
     │   ├── InvalidRecordError        a record that fails its type's validation
     │   │   └── DuplicateIdError          an explicit record id that is already used in the database
     │   └── EmbeddingDimensionError   the store was built with another embedder (`memos reindex`)
@@ -45,6 +46,7 @@ __all__ = [
     "ReadOnlyBlockError",
     "RecordChangedError",
     "RecordNotFoundError",
+    "ScopeError",
     "StoreFullError",
     "StoreUnavailableError",
     "TextNotFoundError",
@@ -78,6 +80,11 @@ class UnknownMemoryTypeError(ConfigError, KeyError):
 
 class InvalidFilterError(ConfigError):
     """A filter value (scope id, tag, record id, date) that cannot be used safely in a query."""
+
+
+class ScopeError(ConfigError):
+    """A scope the caller may not act for: over HTTP an API key acts for one user (and perhaps one
+    agent); a call naming another is refused, whoever sent it (`memos.serve.deps`, `memos.client`)."""
 
 
 class InvalidRecordError(ConfigError):

@@ -29,7 +29,7 @@ from .deps import Caller, CallerDep
 from .errors import ApiError
 from .tenancy import RECHECK_SECONDS, check_admin
 
-__all__ = ["MAX_BUDGET", "MAX_K", "MAX_LIST", "MAX_MESSAGES", "record_json", "router"]
+__all__ = ["MAX_BUDGET", "MAX_K", "MAX_LIST", "MAX_MESSAGES", "Strict", "new_record", "record_json", "router"]
 
 MAX_K = 100
 MAX_BUDGET = 32_000
@@ -60,7 +60,7 @@ def hit_json(hit: Hit) -> dict[str, Any]:
             "text": hit.text, "tokens": hit.tokens, "record": record_json(hit.record)}
 
 
-def _new_record(memory: MemoryOS, store: str, body: dict[str, Any]) -> Any:
+def new_record(memory: MemoryOS, store: str, body: dict[str, Any]) -> Any:
     record_type = memory.record_type(store)
     given = sorted(set(body) & _SERVER_FIELDS)
     if given:
@@ -79,7 +79,7 @@ def _new_record(memory: MemoryOS, store: str, body: dict[str, Any]) -> Any:
 async def add_record(caller: CallerDep, store: Store, body: RecordBody,
                      session_id: Annotated[str | None, Query(max_length=256)] = None) -> dict[str, Any]:
     scope = caller.session_scope(session_id) if session_id else caller.scope
-    [added] = await caller.memory.add(scope, _new_record(caller.memory, store, body), actor=caller.actor)
+    [added] = await caller.memory.add(scope, new_record(caller.memory, store, body), actor=caller.actor)
     caller.state.bus.publish(scope, "add", store=added.memory_type, ids=[added.id])
     return record_json(added)
 
@@ -119,7 +119,7 @@ async def update_record(caller: CallerDep, store: Store, record_id: str, changes
 @router.post("/stores/{store}/{record_id}/supersede", tags=["records"], status_code=201,
              summary="Replace a record by a new one: the old one closes its validity and links the new.")
 async def supersede_record(caller: CallerDep, store: Store, record_id: str, body: RecordBody) -> dict[str, Any]:
-    new = await caller.memory.supersede(caller.scope, store, record_id, _new_record(caller.memory, store, body), actor=caller.actor)
+    new = await caller.memory.supersede(caller.scope, store, record_id, new_record(caller.memory, store, body), actor=caller.actor)
     caller.state.bus.publish(caller.scope, "supersede", store=new.memory_type, ids=[record_id, new.id])
     return record_json(new)
 
@@ -159,12 +159,15 @@ class SearchBody(Strict):
     until: datetime | None = None
     tags: list[str] | None = Field(None, max_length=20)
     include_inactive: bool = False
+    replies: bool = Field(True, description="A question brings the reply it got (see MemoryOS.search).")
+    exclude: list[str] = Field([], max_length=MAX_LIST, description="Record ids to leave out of the candidates.")
 
 
 @router.post("/search", tags=["search"], summary="Hybrid search with score parts (vector, full text, recency, importance).")
 async def search_memory(caller: CallerDep, body: SearchBody) -> dict[str, Any]:
     hits = await caller.memory.search(body.query, caller.scope, types=body.types, k=body.k, budget_tokens=body.budget_tokens,
-                                      since=body.since, until=body.until, tags=body.tags, include_inactive=body.include_inactive)
+                                      since=body.since, until=body.until, tags=body.tags, include_inactive=body.include_inactive,
+                                      replies=body.replies, exclude=body.exclude)
     return {"hits": [hit_json(h) for h in hits], "tokens": sum(h.tokens for h in hits)}
 
 
@@ -282,7 +285,7 @@ async def _chat_events(caller: Caller, turn: Any) -> AsyncIterator[str]:
 
 def _block_json(block: Any) -> dict[str, Any]:
     return {"label": block.label, "description": block.description, "value": block.value, "used": len(block.value),
-            "limit": block.limit, "read_only": block.read_only}
+            "limit": block.limit, "read_only": block.read_only, "record": record_json(block)}
 
 
 @router.get("/core", tags=["core"], summary="The core blocks of the caller's agent, with used/limit characters.")

@@ -76,7 +76,7 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
 
 def create_app(config: ServeConfig | None = None) -> FastAPI:
     """The memos HTTP API and web view over one store."""
-    from . import _routes_admin, _routes_memory, _routes_view
+    from . import _routes_admin, _routes_facade, _routes_memory, _routes_view
 
     config = config or ServeConfig()
     app = FastAPI(
@@ -89,6 +89,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     app.state.memos = ServerState(config)
     install_error_handlers(app)
     app.include_router(_routes_memory.router)
+    app.include_router(_routes_facade.router)
     app.include_router(_routes_view.router)
     app.include_router(_routes_admin.router)
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)

@@ -6,12 +6,14 @@ session locks), the caller an API key stands for, and the admin check (FastAPI d
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
+from memos.exceptions import InvalidFilterError, ScopeError
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 
@@ -19,7 +21,8 @@ from .errors import ApiError
 from .events import EventBus
 from .tenancy import RECHECK_SECONDS, ApiKey, Tenants, check_admin, hash_token
 
-__all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "ServeConfig", "ServerState", "get_caller", "get_state", "require_admin"]
+__all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "SCOPE_HEADER", "ServeConfig", "ServerState", "get_caller", "get_state",
+           "narrowed_scope", "require_admin"]
 
 
 MAX_BODY_BYTES = 1_000_000
@@ -93,17 +96,19 @@ class Caller:
     state: ServerState
     digest: str
     """The key's hash (how `Tenants` finds it again while a long request runs)."""
+    narrowed: Scope | None = None
+    """The scope the request named in `X-Memos-Scope` (`narrowed_scope`), within the key's; None: the key's."""
 
     @property
     def scope(self) -> Scope:
-        return self.key.scope
+        return self.narrowed or self.key.scope
 
     @property
     def actor(self) -> str:
         return f"api:{self.key.name or self.key.key_id}"
 
     def session_scope(self, session_id: str) -> Scope:
-        return Scope(self.key.user_id, self.key.agent_id or "", session_id)
+        return Scope(self.key.user_id, self.scope.agent_id or "", session_id)
 
     async def key_valid(self) -> bool:
         """Whether the key is still there (read at most `RECHECK_SECONDS` ago): what an open
@@ -123,7 +128,32 @@ async def get_caller(request: Request) -> Caller:
     key = await tenants.lookup(digest)
     if key is None:
         raise ApiError(401, "unauthorized", "this API key is unknown or revoked; ask the admin for a new one")
-    return Caller(memory, key, state, digest)
+    return Caller(memory, key, state, digest, narrowed_scope(key, request.headers.get(SCOPE_HEADER)))
+
+
+SCOPE_HEADER = "X-Memos-Scope"
+"""A request may narrow its key's scope: `{"user_id", "agent_id", "session_id"}` as ASCII JSON
+(`memos.client` sends it with every call). The user must be the key's; an agent-bound key's agent
+must be its own; a user-wide key may name any of the user's agents; any key may name a session."""
+
+
+def narrowed_scope(key: ApiKey, header: str | None) -> Scope | None:
+    """The scope `header` names, checked against what `key` may act for (`ScopeError` if it may not)."""
+    if header is None:
+        return None
+    try:
+        data = json.loads(header)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or set(data) - {"user_id", "agent_id", "session_id"} or "user_id" not in data:
+        raise InvalidFilterError(f'{SCOPE_HEADER} must be JSON like {{"user_id": "alice", "agent_id": null, "session_id": null}}')
+    scope = Scope(data["user_id"], data.get("agent_id"), data.get("session_id"))  # InvalidFilterError for a bad id
+    if scope.user_id != key.user_id:
+        raise ScopeError(f"this API key acts for user {key.user_id!r}, not {scope.user_id!r}; use that user's key")
+    if key.agent_id is not None and scope.agent_id != key.agent_id:
+        raise ScopeError(f"this API key is bound to agent {key.agent_id!r} of user {key.user_id!r}; it cannot act for "
+                         f"agent {scope.agent_id!r} (None: all agents). Use a user-wide key or that agent's key")
+    return scope
 
 
 async def require_admin(request: Request) -> ServerState:

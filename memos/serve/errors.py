@@ -1,5 +1,8 @@
 """How a failure reaches an HTTP client: `{"error": {"type", "message"}}`, never a stack trace.
 
+One of memos' own errors also names its class (`"exception": "RecordNotFoundError"`), so a
+client (`memos.client`) raises the same class an in-process call would.
+
 memos' own errors (`memos.exceptions`) map to a status by kind: a caller's mistake is 4xx with
 the message that names the fix, a missing record 404, a vault refusal 403, an unavailable
 store 503. Request validation failures name each bad field and what it must be. Anything
@@ -32,6 +35,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (ex.ReadOnlyBlockError, 409, "read_only_block"),
     (ex.TextNotFoundError, 422, "text_not_found"),
     (ex.EmbeddingDimensionError, 409, "embedder_mismatch"),
+    (ex.ScopeError, 403, "scope_not_allowed"),
     (ex.InvalidFilterError, 400, "invalid_filter"),
     (ex.InvalidRecordError, 422, "invalid_record"),
     (ex.ConfigError, 400, "bad_request"),
@@ -83,7 +87,7 @@ def install_error_handlers(app: FastAPI) -> None:
         status, kind = status_of(exc)
         if status >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc)
-        return JSONResponse(error_body(kind, str(exc)), status_code=status)
+        return JSONResponse(error_body(kind, str(exc), exception=type(exc).__name__), status_code=status)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
