@@ -89,7 +89,7 @@ def _token(request: Request) -> str | None:
 
 @dataclass(frozen=True)
 class Caller:
-    """The memory and scope a request acts on, decided by its API key alone."""
+    """The memory and scope a request acts on, decided by its API key (which a request may only narrow)."""
 
     memory: MemoryOS
     key: ApiKey

@@ -3,7 +3,7 @@
 A key is a random token shown once when it is made; the store keeps only its SHA-256 (a
 token of 256 random bits needs no slow hash: nothing guessable is being protected). Each key
 is bound to a user and optionally one agent, so a request's scope comes from its key and never
-from its body or URL. A key can also carry a vault clearance (the most sensitive level it may
+from its body or URL; a request may only narrow it (`X-Memos-Scope`, `memos.serve.deps.narrowed_scope`). A key can also carry a vault clearance (the most sensitive level it may
 reveal, and then only with an operator's approval; see `memos.serve._routes_memory`).
 
 Keys live in the store's state (its meta table, through `MemoryOS.state`) (`apikey:<hash>` entries), not in a sidecar file: several
