@@ -37,7 +37,7 @@ from memos.exceptions import (
     UnknownBlockError,
     UnknownMemoryTypeError,
 )
-from memos.memtypes import CoreBlock, Episode, Fact, Procedure
+from memos.memtypes import CoreBlock, Episode, Fact, Procedure, VaultItem
 from memos.portability import export_scope, forget_user
 from memos.retrieval.ranking import Hit
 from memos.serve import ServeConfig, create_app
@@ -159,6 +159,7 @@ def test_add_many_records_of_several_stores_in_one_call_keeps_their_classes(memo
     added = api.add_sync(scope, [Fact(subject="Bo", summary="Bo plays the cello"),
                                  Procedure(summary="How Bo tunes the cello", steps=["A string", "D", "G", "C"])])
     assert [type(r) for r in added] == [Fact, Procedure]
+    assert api.add_sync(scope, []) == []
     assert api.get_sync(scope, Procedure, added[1].id).steps == ["A string", "D", "G", "C"]
     assert [h.id for h in api.search_sync("cello tuning", scope, types=[Procedure])] == [added[1].id]
 
@@ -209,6 +210,15 @@ def test_core_blocks_read_edit_and_keep_their_limit(memory):
     assert core.get("human").value == "Name: Eli Smith."
 
 
+def test_a_vault_secret_goes_in_and_comes_back_redacted(memory):
+    api, scope = memory.api, memory.scope
+    [item] = api.add_sync(scope, VaultItem(caption="Gus's bank PIN", secret="4921"))
+    assert type(item) is VaultItem and item.secret == ""
+    assert api.get_sync(scope, VaultItem, item.id).secret == ""
+    hits = api.search_sync("bank PIN", scope, types=["vault"])
+    assert [h.id for h in hits] == [item.id] and "4921" not in hits[0].text + hits[0].record.model_dump_json()
+
+
 def test_export_then_forget_the_user(memory):
     api, scope = memory.api, memory.scope
     [fact] = api.add_sync(scope, Fact(subject="Fay", summary="Fay collects stamps"))
@@ -247,6 +257,8 @@ def test_a_key_acts_only_for_its_user_and_its_agent(served):
         [fact] = hal.add(Scope("hal", "planner", "s9"), Fact(subject="Hal", summary="Hal likes maps"))
         assert (fact.user_id, fact.agent_id, fact.session_id) == ("hal", "planner", "s9")  # a user-wide key names any agent
         assert hal.get(Scope("hal"), Fact, fact.id) == fact
+        [note] = hal.add(Scope("hal", "助手", "会话1"), Fact(subject="Hal", summary="Hal 喜欢地图"))
+        assert (note.agent_id, note.session_id) == ("助手", "会话1")  # any id survives the header
         raises_exactly(ScopeError, hal.get, Scope("ivy"), Fact, fact.id)
         raises_exactly(ScopeError, hal.add, Scope("ivy"), Fact(subject="Ivy", summary="Ivy"))
     with memos.Client(served, key=make_key(served, "hal", agent_id="planner")) as planner:

@@ -72,6 +72,8 @@ class AsyncClient:
         scope = check.check_scope(scope)
         validate_value(actor, "actor")
         items = check.check_records(records)
+        if not items:
+            return []
         self.registry.learn({type(r) for r in items})
         body = {"records": [{"store": r.memory_type, "fields": wire.record_fields(r, scope)} for r in items]}
         return [self.registry.record(r) for r in (await self.request("POST", "/v1/records", scope, json=body))["records"]]
