@@ -272,6 +272,21 @@ def test_a_key_acts_only_for_its_user_and_its_agent(served):
         raises_exactly(memos.StoreUnavailableError, nowhere.get, Scope("hal"), Fact, fact.id)
 
 
+def test_the_scope_header_can_only_narrow_the_keys_scope(served):
+    headers = {"Authorization": f"Bearer {make_key(served, 'lu', agent_id='bot')}"}
+
+    def core(scope_header: str) -> httpx2.Response:
+        return httpx2.get(served + "/v1/core", headers={**headers, "X-Memos-Scope": scope_header}, timeout=60)
+
+    assert core('{"user_id": "lu", "agent_id": "bot", "session_id": "s1"}').status_code == 200
+    for other in ('{"user_id": "max"}', '{"user_id": "lu", "agent_id": "other"}', '{"user_id": "lu"}'):
+        r = core(other)
+        assert r.status_code == 403 and r.json()["error"]["exception"] == "ScopeError", r.text
+    for bad in ("not json", '["lu"]', '{"user_id": "lu", "tenant": "x"}', '{"user_id": 7}'):
+        r = core(bad)
+        assert r.status_code == 400 and r.json()["error"]["exception"] == "InvalidFilterError", r.text
+
+
 def test_a_vault_reveal_refusal_comes_back_as_the_vault_error(served):
     with memos.Client(served, key=make_key(served, "jo")) as jo:
         raises_exactly(VaultAccessError, jo.request, "POST", "/v1/vault/abc/reveal", Scope("jo"))
