@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from fastapi import FastAPI, Request
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
@@ -95,7 +96,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     app.include_router(_routes_memory.router)
     app.include_router(_routes_view.router)
     app.include_router(_routes_admin.router)
-    app.add_route(MCP_PATH, mcp, include_in_schema=False)  # MCP over streamable HTTP (any method)
+    app.router.routes.append(Route(MCP_PATH, mcp, include_in_schema=False))  # an ASGI app: MCP over streamable HTTP, any method
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
 
     @app.get("/healthz", tags=["server"], summary="Liveness: the store opens and answers.")
