@@ -51,3 +51,15 @@ async def test_a_503_with_retry_after_is_counted_waited_out_and_retried_without_
     assert [status for _, status in times].count(201) == 4
     first_retry = next(t for t, status in times if status == 201)
     assert first_retry - times[0][0] >= 0.95  # the retry waited for what Retry-After asked
+
+
+def test_the_curve_options_refuse_what_they_cannot_run():
+    from typer.testing import CliRunner
+
+    from memos.cli import app
+
+    runner = CliRunner()
+    for args, said in ((["--clients", "1,x"], "comma-separated"), (["--clients", "0,5"], "from 1 to 200"),
+                       (["--embedder", "none,hashed"], "unknown --embedder 'hashed'"), (["--clients", "1,500"], "from 1 to 200")):
+        out = runner.invoke(app, ["bench", "serve", *args])
+        assert out.exit_code == 2 and said in out.output, (args, out.output)
