@@ -35,8 +35,8 @@ from typing import Any
 
 from ._stats import percentiles
 
-__all__ = ["CURVE_CLIENTS", "CURVE_EMBEDDERS", "CURVE_SERVERS", "ServerProcess", "curve_table", "free_port", "loopback_s3",
-           "run_load", "run_serve_bench", "run_serve_curve"]
+__all__ = ["CURVE_CLIENTS", "CURVE_COLUMNS", "CURVE_EMBEDDERS", "CURVE_SERVERS", "ServerProcess", "curve_table", "free_port",
+           "loopback_s3", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve"]
 
 USERS = 4
 CURVE_CLIENTS = (1, 5, 20, 50, 100)
