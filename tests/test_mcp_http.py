@@ -10,7 +10,6 @@ import pytest
 from _loopback import LoopbackServer
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +23,7 @@ def server(tmp_path_factory):
 @asynccontextmanager
 async def Mcp(url: str, token: str) -> AsyncIterator[ClientSession]:  # noqa: N802 - read like the client classes it wraps
     """An initialized MCP client session over streamable HTTP with one API key."""
-    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http, \
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http, \
             streamable_http_client(url + "/mcp", http_client=http) as (read, write), ClientSession(read, write) as client:
         await client.initialize()
         yield client
