@@ -9,13 +9,16 @@ import sys
 __all__ = ["peak_rss_mb", "percentiles"]
 
 
-def percentiles(samples_ms: list[float]) -> dict[str, float]:
-    """p50 / p95 of a list of milliseconds, rounded to 0.1 ms."""
+def percentiles(samples_ms: list[float], points: tuple[int, ...] = (50, 95)) -> dict[str, float]:
+    """The given percentiles (default p50 / p95) of a list of milliseconds, rounded to 0.1 ms."""
     if not samples_ms:
-        return {"p50": 0.0, "p95": 0.0}
+        return {f"p{p}": 0.0 for p in points}
     ordered = sorted(samples_ms)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
-    return {"p50": round(statistics.median(ordered), 1), "p95": round(p95, 1)}
+    out = {}
+    for p in points:
+        value = statistics.median(ordered) if p == 50 else ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+        out[f"p{p}"] = round(value, 1)
+    return out
 
 
 def peak_rss_mb() -> float:

@@ -2,14 +2,21 @@
 
 One or several server processes (each spawned as a fresh `memos serve`, sharing nothing but
 the store) run on a temp directory or on a loopback S3 server (moto). Each client has a user's
-API key, writes facts and searches between writes. The run reports throughput, p50/p95 latency
-per operation, and then reads every user's store back to check that each acknowledged write is
-there exactly once (none lost, none duplicated). Counts and time are bounded.
+API key, writes facts and searches between writes. A run reports throughput, p50/p95/p99 latency
+per operation and errors by status, then reads every user's store back to check that each
+acknowledged (2xx) write is there exactly once (none lost, none duplicated). A client honours
+`Retry-After` on a 503 or 429 (the server shedding load): it waits, counts the refusal, and sends
+the same write again, so a refusal that had stored something would show as a duplicate.
+`run_serve_curve` runs every combination of client counts, embedders and server counts (one
+store and set of servers per embedder and server count, the client counts in increasing order
+on it) and makes a table of them. Counts and time are bounded: each run stops starting
+operations at its time limit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import shutil
@@ -20,15 +27,26 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._stats import percentiles
 
-__all__ = ["ServerProcess", "free_port", "loopback_s3", "run_serve_bench"]
+__all__ = ["CURVE_CLIENTS", "CURVE_COLUMNS", "CURVE_EMBEDDERS", "CURVE_SERVERS", "ServerProcess", "curve_table", "free_port",
+           "loopback_s3", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve"]
 
 USERS = 4
+CURVE_CLIENTS = (1, 5, 20, 50, 100)
+CURVE_EMBEDDERS = ("local", "none")
+CURVE_SERVERS = (1, 2)
+MAX_TRIES = 5
+"""Sends of one operation at most (the first and the retries a `Retry-After` asked for)."""
+MAX_RETRY_WAIT = 10.0
+GRACE_S = 30.0
+"""How long a run waits, past its time limit, for the operations still in flight before cancelling them."""
 
 
 def free_port() -> int:
@@ -148,8 +166,52 @@ class loopback_s3:  # noqa: N801 - a context manager used like a function
             self.proc.wait(timeout=20)
 
 
-async def _client(index: int, url: str, token: str, writes: int, searches: int, lat: dict[str, list[float]],
-                  acked: list[tuple[str, str, str]], errors: Counter[str]) -> None:
+@dataclass
+class _Tally:
+    """What the clients of one run measured (shared by them; one event loop, so no locks)."""
+
+    lat: dict[str, list[float]] = field(default_factory=lambda: {"write": [], "search": []})
+    acked: list[tuple[str, str, str]] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    """Refusals by HTTP status ("503") or by exception name ("ReadTimeout"), retried ones included."""
+    retries: int = 0
+    unfinished: int = 0
+    """Operations that got no 2xx: failed after their tries, or were cut off at the time limit."""
+
+
+def retry_delay(value: str | None) -> float | None:
+    """Seconds a `Retry-After` header asks for (delay-seconds; an HTTP date counts as 1 s), capped; None without one."""
+    if value is None:
+        return None
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_WAIT)
+    except ValueError:
+        return 1.0
+
+
+async def _send(send: Any, tally: _Tally, deadline: float) -> Any:
+    """Send one operation, again after each `Retry-After` (while tries and time last); the last
+    response, or None if the connection failed. Every non-2xx answer is counted by status."""
+    import httpx2
+
+    for attempt in range(MAX_TRIES):
+        try:
+            r = await send()
+        except httpx2.HTTPError as exc:  # not acknowledged: it may or may not have been stored
+            tally.errors[type(exc).__name__] += 1
+            return None
+        if r.status_code < 300:
+            return r
+        tally.errors[str(r.status_code)] += 1
+        delay = retry_delay(r.headers.get("retry-after")) if r.status_code in (429, 503) else None
+        if delay is None or attempt == MAX_TRIES - 1 or time.perf_counter() + delay > deadline:
+            return r
+        tally.retries += 1
+        await asyncio.sleep(delay)
+    return None
+
+
+async def _client(index: int, url: str, token: str, writes: int, searches: int, tag: str, tally: _Tally, deadline: float) -> None:
     import httpx2
 
     headers = {"Authorization": f"Bearer {token}"}
@@ -158,32 +220,33 @@ async def _client(index: int, url: str, token: str, writes: int, searches: int, 
         order = [op for pair in zip(["write"] * writes, ["search"] * searches) for op in pair]
         order += ["write"] * (writes - len(order) // 2) + ["search"] * (searches - len(order) // 2)
         for step, op in enumerate(order):
+            if time.perf_counter() >= deadline:
+                tally.unfinished += len(order) - step
+                return
             start = time.perf_counter()
-            try:
-                if op == "write":
-                    marker = uuid.uuid4().hex[:12]
-                    r = await http.post("/v1/stores/semantic", json={"subject": f"client {index}", "tags": ["bench"],
-                                                                     "summary": f"client {index} wrote fact {step} marker {marker}"})
-                    if r.status_code == 201:
-                        acked.append((r.json()["user_id"], r.json()["id"], marker))
-                else:
-                    r = await http.post("/v1/search", json={"query": f"client {index} fact {step}", "k": 5})
-            except httpx2.HTTPError as exc:  # not acknowledged: it may or may not have been stored
-                errors[f"{op} {type(exc).__name__}"] += 1
+            if op == "write":
+                marker = uuid.uuid4().hex[:12]
+                fact = {"subject": f"client {index}", "tags": ["bench", tag], "summary": f"client {index} wrote fact {step} marker {marker}"}
+                r = await _send(lambda: http.post("/v1/stores/semantic", json=fact), tally, deadline)
+            else:
+                query = {"query": f"client {index} fact {step}", "k": 5}
+                r = await _send(lambda: http.post("/v1/search", json=query), tally, deadline)
+            if r is None or r.status_code >= 300:
+                tally.unfinished += 1
                 continue
-            lat[op].append((time.perf_counter() - start) * 1000)
-            if r.status_code >= 300:
-                errors[f"{op} {r.status_code}"] += 1
+            tally.lat[op].append((time.perf_counter() - start) * 1000)  # the whole operation, waits for retries included
+            if op == "write":
+                tally.acked.append((r.json()["user_id"], r.json()["id"], marker))
 
 
-async def _verify(url: str, tokens: dict[str, str], acked: list[tuple[str, str, str]]) -> dict[str, int]:
+async def _verify(url: str, tokens: dict[str, str], tag: str, acked: list[tuple[str, str, str]]) -> dict[str, int]:
     import httpx2
 
     seen_ids: Counter[str] = Counter()
     seen_markers: Counter[str] = Counter()
     async with httpx2.AsyncClient(base_url=url, timeout=120) as http:
         for user, token in tokens.items():
-            r = await http.get("/v1/stores/semantic", params={"limit": 1000, "tags": "bench"}, headers={"Authorization": f"Bearer {token}"})
+            r = await http.get("/v1/stores/semantic", params={"limit": 1000, "tags": tag}, headers={"Authorization": f"Bearer {token}"})
             r.raise_for_status()
             for record in r.json()["records"]:
                 seen_ids[record["id"]] += 1
@@ -193,9 +256,38 @@ async def _verify(url: str, tokens: dict[str, str], acked: list[tuple[str, str, 
     return {"acknowledged": len(acked), "found": sum(seen_ids.values()), "lost": lost, "duplicated": duplicated}
 
 
-async def run_serve_bench(clients: int = 20, writes: int = 10, searches: int = 10, servers: int = 1, *, embedder: str = "local",
-                          s3: bool = False, path: Path | None = None, time_limit: float = 600.0) -> dict[str, Any]:
-    """Run the load test and return its report (see the module docstring)."""
+async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes: int, searches: int, *,
+                   time_limit: float = 600.0, tag: str = "bench") -> dict[str, Any]:
+    """One run of `clients` clients spread over the servers at `urls` (each client one of `tokens`'
+    users), its writes tagged `tag`; then every acknowledged write is looked for. Operations stop
+    starting after `time_limit` seconds; those still in flight `GRACE_S` later are cancelled."""
+    users = list(tokens)
+    tally = _Tally()
+    began = time.perf_counter()
+    deadline = began + time_limit
+    tasks = [asyncio.ensure_future(_client(i, urls[i % len(urls)], tokens[users[i % len(users)]], writes, searches, tag, tally, deadline))
+             for i in range(clients)]
+    _, pending = await asyncio.wait(tasks, timeout=time_limit + GRACE_S)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    wall = time.perf_counter() - began
+    if len(urls) > 1:
+        await asyncio.sleep(1.2)  # a process reads other processes' commits within 1 s
+    check = await _verify(urls[-1], tokens, tag, tally.acked)
+    ops = len(tally.lat["write"]) + len(tally.lat["search"])
+    return {
+        "clients": clients, "servers": len(urls), "writes_per_client": writes, "searches_per_client": searches, "operations": ops,
+        "wall_s": round(wall, 2), "throughput_ops_s": round(ops / wall, 1) if wall else 0.0,
+        "write_ms": percentiles(tally.lat["write"], (50, 95, 99)), "search_ms": percentiles(tally.lat["search"], (50, 95, 99)),
+        "errors": dict(sorted(tally.errors.items())), "retries": tally.retries, "unfinished": tally.unfinished,
+        "cut_off": bool(pending) or (tally.unfinished > 0 and time.perf_counter() >= deadline), **check,
+    }
+
+
+@contextmanager
+def _servers(count: int, embedder: str, *, s3: bool = False, path: Path | None = None) -> Iterator[tuple[list[ServerProcess], str]]:
+    """`count` fresh server processes on one fresh store (a temp directory, `path`, or loopback S3)."""
     workdir = Path(tempfile.mkdtemp(prefix="memos-bench-serve-"))
     s3_context = loopback_s3("memos-bench") if s3 else None
     procs: list[ServerProcess] = []
@@ -205,34 +297,65 @@ async def run_serve_bench(clients: int = 20, writes: int = 10, searches: int = 1
         if not s3:
             Path(db).mkdir(parents=True, exist_ok=True)
         admin = "admin-" + secrets.token_hex(16)
-        started = time.perf_counter()
         procs.append(ServerProcess(db, admin, embedder, options).start())  # the first creates the tables
-        procs += [ServerProcess(db, admin, embedder, options).start() for _ in range(servers - 1)]
-        startup_s = time.perf_counter() - started
-        tokens = {f"tenant{u}": procs[0].make_key(f"tenant{u}", name=f"bench{u}") for u in range(USERS)}
-        await asyncio.sleep(1.6)  # other processes see a new key within ~1.5 s
-        users = list(tokens)
-        lat: dict[str, list[float]] = {"write": [], "search": []}
-        acked: list[tuple[str, str, str]] = []
-        errors: Counter[str] = Counter()
-        began = time.perf_counter()
-        await asyncio.wait_for(asyncio.gather(*[
-            _client(i, procs[i % len(procs)].url, tokens[users[i % USERS]], writes, searches, lat, acked, errors)
-            for i in range(clients)]), time_limit)
-        wall = time.perf_counter() - began
-        await asyncio.sleep(1.2)  # a process reads other processes' commits within 1 s
-        check = await _verify(procs[-1].url, tokens, acked)
-        ops = len(lat["write"]) + len(lat["search"])
-        return {
-            "clients": clients, "servers": len(procs), "store": "s3 (moto, loopback)" if s3 else "local directory",
-            "embedder": embedder, "writes_per_client": writes, "searches_per_client": searches, "operations": ops,
-            "wall_s": round(wall, 2), "throughput_ops_s": round(ops / wall, 1), "server_startup_s": round(startup_s, 1),
-            "write_ms": percentiles(lat["write"]), "search_ms": percentiles(lat["search"]),
-            "errors": dict(errors), **check,
-        }
+        procs += [ServerProcess(db, admin, embedder, options).start() for _ in range(count - 1)]
+        yield procs, "s3 (moto, loopback)" if s3 else "local directory"
     finally:
         for proc in procs:
             proc.stop()
         if s3_context:
             s3_context.__exit__(None, None, None)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _keys(procs: list[ServerProcess], prefix: str) -> dict[str, str]:
+    tokens = {f"{prefix}{u}": procs[0].make_key(f"{prefix}{u}", name=f"bench{u}") for u in range(USERS)}
+    if len(procs) > 1:
+        await asyncio.sleep(1.6)  # other processes see a new key within ~1.5 s
+    return tokens
+
+
+async def run_serve_bench(clients: int = 20, writes: int = 10, searches: int = 10, servers: int = 1, *, embedder: str = "local",
+                          s3: bool = False, path: Path | None = None, time_limit: float = 600.0) -> dict[str, Any]:
+    """Run the load test once and return its report (see the module docstring)."""
+    started = time.perf_counter()
+    with _servers(servers, embedder, s3=s3, path=path) as (procs, store):
+        startup_s = time.perf_counter() - started
+        tokens = await _keys(procs, "tenant")
+        report = await run_load([p.url for p in procs], tokens, clients, writes, searches, time_limit=time_limit)
+    return {**report, "store": store, "embedder": embedder, "server_startup_s": round(startup_s, 1)}
+
+
+async def run_serve_curve(clients: tuple[int, ...] = CURVE_CLIENTS, embedders: tuple[str, ...] = CURVE_EMBEDDERS,
+                          servers: tuple[int, ...] = CURVE_SERVERS, *, writes: int = 10, searches: int = 10, s3: bool = False,
+                          time_limit: float = 60.0, progress: Any = None) -> dict[str, Any]:
+    """Every combination of client count, embedder and server count, one bounded run each: a row
+    per run (as `run_load` reports it, with its embedder) and the table of them."""
+    rows = []
+    for embedder in embedders:
+        for count in servers:
+            started = time.perf_counter()
+            with _servers(count, embedder, s3=s3) as (procs, store):
+                startup_s = round(time.perf_counter() - started, 1)
+                for n, client_count in enumerate(sorted(clients)):
+                    tokens = await _keys(procs, f"c{client_count}u")  # each run its own users: its reads see only its writes
+                    row = await run_load([p.url for p in procs], tokens, client_count, writes, searches, time_limit=time_limit,
+                                         tag=f"run{n}")
+                    rows.append({"embedder": embedder, **row, "store": store, "server_startup_s": startup_s})
+                    if progress is not None:
+                        progress(rows[-1])
+    return {"clients": sorted(clients), "embedders": list(embedders), "servers": list(servers), "writes_per_client": writes,
+            "searches_per_client": searches, "time_limit_s_per_run": time_limit, "runs": rows, "table": curve_table(rows),
+            "lost": sum(r["lost"] for r in rows), "duplicated": sum(r["duplicated"] for r in rows)}
+
+
+CURVE_COLUMNS = ("clients", "embedder", "servers", "ops/s", "write p50/p95/p99 ms", "search p50/p95/p99 ms", "errors", "lost", "duplicated")
+
+
+def curve_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The curve's rows as `CURVE_COLUMNS` (what `memos bench serve` prints)."""
+    def ms(p: dict[str, float]) -> str:
+        return f"{p['p50']:,.0f} / {p['p95']:,.0f} / {p['p99']:,.0f}"
+
+    return [dict(zip(CURVE_COLUMNS, (r["clients"], r["embedder"], r["servers"], r["throughput_ops_s"], ms(r["write_ms"]),
+                                     ms(r["search_ms"]), json.dumps(r["errors"]), r["lost"], r["duplicated"]))) for r in rows]

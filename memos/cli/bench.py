@@ -134,25 +134,69 @@ def turn(
     emit_json(report, json_out)
 
 
+def _counts(value: str, option: str, low: int, high: int) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        fail(f"{option} is a number or comma-separated numbers (e.g. 1,5,20), not {value!r}")
+    if not counts or any(not low <= c <= high for c in counts):
+        fail(f"{option} takes numbers from {low} to {high}, not {value!r}")
+    return counts
+
+
 @bench_app.command("serve")
 def serve(
-    clients: Annotated[int, typer.Option(min=1, max=200, help="Concurrent HTTP clients.")] = 20,
+    clients: Annotated[str | None, typer.Option(help="Concurrent HTTP clients, or several comma-separated (1,5,20: a curve); default 20.")] = None,
     writes: Annotated[int, typer.Option(min=1, max=1000, help="Writes per client.")] = 10,
     searches: Annotated[int, typer.Option(min=0, max=1000, help="Searches per client.")] = 10,
-    servers: Annotated[int, typer.Option(min=1, max=8, help="Server processes on the one store.")] = 1,
-    embedder: Annotated[str, typer.Option(help="The servers' embedder: 'local' or 'none'.")] = "local",
+    servers: Annotated[str | None, typer.Option(help="Server processes on the one store, or several comma-separated; default 1.")] = None,
+    embedder: Annotated[str | None, typer.Option(help="The servers' embedder: 'local' or 'none', or both as 'local,none'; default local.")] = None,
+    curve: Annotated[bool, typer.Option("--curve", help="Every combination of clients 1,5,20,50,100, embedders local,none and 1,2 "
+                                                        "servers (an option given narrows it) and a table of them.")] = False,
     s3: Annotated[bool, typer.Option("--s3", help="Put the store on a loopback S3 server (moto) instead of a directory.")] = False,
-    time_limit: Annotated[float, typer.Option(help="Give up after this many seconds of load.")] = 600.0,
+    time_limit: Annotated[float | None, typer.Option(min=1, help="Stop starting operations after this many seconds of load "
+                                                                 "(per run; default 600, in a curve 60).")] = None,
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
 ) -> None:
-    """Load-test `memos serve` on loopback: throughput, p50/p95, and every acknowledged write present exactly once."""
-    from memos.bench.serve import run_serve_bench
+    """Load-test `memos serve` on loopback: throughput, p50/p95/p99, errors by status, and every acknowledged
+    write present exactly once; several values of --clients, --embedder or --servers (or --curve) run each combination."""
+    from memos.bench.serve import CURVE_CLIENTS, CURVE_EMBEDDERS, CURVE_SERVERS, run_serve_bench
 
-    if writes * clients > 4 * 1000:
-        fail("at most 4,000 writes in all (the check reads each of the 4 users' 1,000 newest records)")
-    console.print(f"memos bench serve: {clients} clients × ({writes} writes + {searches} searches), {servers} server(s)"
-                  f"{' on loopback S3' if s3 else ''}, embedder {embedder}")
-    report = run_sync(run_serve_bench(clients, writes, searches, servers, embedder=embedder, s3=s3, time_limit=time_limit))
+    client_counts = _counts(clients, "--clients", 1, 200) if clients else CURVE_CLIENTS if curve else (20,)
+    server_counts = _counts(servers, "--servers", 1, 8) if servers else CURVE_SERVERS if curve else (1,)
+    embedders = tuple(e.strip() for e in embedder.split(",")) if embedder else CURVE_EMBEDDERS if curve else ("local",)
+    if unknown := [e for e in embedders if e not in ("local", "none")]:
+        fail(f"unknown --embedder {unknown[0]!r}; use 'local', 'none' or 'local,none'")
+    if writes * max(client_counts) > 4 * 1000:
+        fail("at most 4,000 writes in a run (the check reads each of the 4 users' 1,000 newest records)")
+    if len(client_counts) * len(server_counts) * len(embedders) > 1:
+        _curve(client_counts, embedders, server_counts, writes, searches, s3, time_limit or 60.0, json_out)
+        return
+    console.print(f"memos bench serve: {client_counts[0]} clients × ({writes} writes + {searches} searches), {server_counts[0]} server(s)"
+                  f"{' on loopback S3' if s3 else ''}, embedder {embedders[0]}")
+    report = run_sync(run_serve_bench(client_counts[0], writes, searches, server_counts[0], embedder=embedders[0], s3=s3,
+                                      time_limit=time_limit or 600.0))
+    emit_json(report, json_out)
+    if report["lost"] or report["duplicated"]:
+        fail(f"{report['lost']} acknowledged writes lost, {report['duplicated']} duplicated")
+
+
+def _curve(clients: tuple[int, ...], embedders: tuple[str, ...], servers: tuple[int, ...], writes: int, searches: int, s3: bool,
+           time_limit: float, json_out: str) -> None:
+    """`memos bench serve` over several configurations: a line per run as it ends, the table, the JSON."""
+    from rich.table import Table
+
+    from memos.bench.serve import CURVE_COLUMNS, curve_table, run_serve_curve
+
+    runs = len(clients) * len(embedders) * len(servers)
+    console.print(f"memos bench serve: {runs} runs (clients {clients}, embedders {embedders}, servers {servers}), "
+                  f"each {writes} writes + {searches} searches per client, at most {time_limit:g} s{' on loopback S3' if s3 else ''}")
+    report = run_sync(run_serve_curve(clients, embedders, servers, writes=writes, searches=searches, s3=s3, time_limit=time_limit,
+                                      progress=lambda row: console.print("  " + "  ".join(f"{k} {v}" for k, v in curve_table([row])[0].items()))))
+    table = Table(*CURVE_COLUMNS, title="memos bench serve")
+    for row in report["table"]:
+        table.add_row(*(str(v) for v in row.values()))
+    console.print(table)
     emit_json(report, json_out)
     if report["lost"] or report["duplicated"]:
         fail(f"{report['lost']} acknowledged writes lost, {report['duplicated']} duplicated")

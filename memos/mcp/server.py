@@ -45,13 +45,13 @@ def _wrap(function: Any, name: str, description: str) -> Any:
     return call
 
 
-async def build_server(memory: MemoryOS, scope: Scope) -> MCPServer:
-    """An MCP server whose tools act on `scope` of `memory`."""
+async def build_server(memory: MemoryOS, scope: Scope, *, actor: str = "mcp") -> MCPServer:
+    """An MCP server whose tools act on `scope` of `memory` (its writes' history names `actor`)."""
     from memos.agents.deps import MemoryDeps
     from memos.agents.tools import memory_toolset
 
     session = await MemorySession.open(memory, scope)
-    tools = memory_toolset(MemoryDeps(session, actor="mcp"), reveal=False).tools
+    tools = memory_toolset(MemoryDeps(session, actor=actor), reveal=False).tools
     server = MCPServer(name="memos", instructions=f"Long-term memory of user {scope.user_id!r} (memos).")
     for agent_name, mcp_name in EXPOSED_TOOLS.items():
         tool = tools[agent_name]

@@ -3,7 +3,8 @@
 `create_app(ServeConfig(uri=...))` builds a FastAPI app over one `MemoryOS` (opened on the
 first request, on the server's own event loop, since LanceDB handles belong to the loop that
 opened them). Every `/v1` route acts in the scope of the caller's API key (`Caller`); `/admin`
-routes need the admin key; `/ui` is the web view; `/openapi.json` describes it all.
+routes need the admin key; `/ui` is the web view; `/mcp` serves the same memory to MCP clients
+(`mcp_http`); `/openapi.json` describes it all.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import json
 from typing import Any
 
 from fastapi import FastAPI, Request
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from .deps import Caller, ServeConfig, ServerState, get_caller, get_state, require_admin
 from .errors import error_body, install_error_handlers
+from .mcp_http import MCP_PATH, McpEndpoint
 
 __all__ = ["BodyLimit", "Caller", "ServeConfig", "ServerState", "create_app", "get_caller", "get_state", "require_admin"]
 
@@ -79,12 +82,14 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     from . import _routes_admin, _routes_facade, _routes_memory, _routes_view
 
     config = config or ServeConfig()
+    mcp = McpEndpoint()
     app = FastAPI(
         title="memos", version="1",
         summary="An operating-system-style memory for LLM agents, served: typed stores, search, core blocks, chat.",
         description="Every /v1 call acts in the scope of its API key (`Authorization: Bearer <key>`). "
                     "Errors are JSON: {\"error\": {\"type\", \"message\"}}; the message says what to fix.",
         docs_url=None, redoc_url=None,  # their pages load scripts from a CDN; the schema is at /openapi.json
+        lifespan=mcp.running,
     )
     app.state.memos = ServerState(config)
     install_error_handlers(app)
@@ -92,6 +97,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     app.include_router(_routes_facade.router)
     app.include_router(_routes_view.router)
     app.include_router(_routes_admin.router)
+    app.router.routes.append(Route(MCP_PATH, mcp, include_in_schema=False))  # an ASGI app: MCP over streamable HTTP, any method
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
 
     @app.get("/healthz", tags=["server"], summary="Liveness: the store opens and answers.")

@@ -1,0 +1,65 @@
+"""`memos bench serve`: a tiny curve end to end, and the clients' handling of a server shedding load."""
+
+from __future__ import annotations
+
+import time
+
+from _loopback import LoopbackServer
+
+from memos.bench.serve import CURVE_COLUMNS, run_load, run_serve_curve
+
+
+async def test_a_tiny_curve_reports_each_run_and_every_acknowledged_write_is_there_once():
+    report = await run_serve_curve((2, 1), ("none",), (1,), writes=2, searches=1, time_limit=60)
+    assert [(r["clients"], r["embedder"], r["servers"]) for r in report["runs"]] == [(1, "none", 1), (2, "none", 1)]
+    for run in report["runs"]:
+        assert set(run["write_ms"]) == set(run["search_ms"]) == {"p50", "p95", "p99"}
+        assert run["operations"] == run["clients"] * 3 and run["acknowledged"] == run["found"] == run["clients"] * 2
+        assert run["errors"] == {} and run["lost"] == run["duplicated"] == 0 and run["throughput_ops_s"] > 0
+    assert [list(row) for row in report["table"]] == [list(CURVE_COLUMNS)] * 2
+    assert report["lost"] == report["duplicated"] == 0
+
+
+class ShedWrites:
+    """In front of the real app: the first `count` writes get 503 with `Retry-After: 1` (the
+    request never reaches the app), as a server shedding load answers; the times are kept."""
+
+    def __init__(self, app, count: int) -> None:
+        self.app, self.left = app, count
+        self.writes: list[tuple[float, int]] = []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/stores/semantic":
+            if self.left > 0:
+                self.left -= 1
+                self.writes.append((time.monotonic(), 503))
+                await send({"type": "http.response.start", "status": 503, "headers": [(b"retry-after", b"1"), (b"content-length", b"0")]})
+                await send({"type": "http.response.body", "body": b""})
+                return
+            self.writes.append((time.monotonic(), 201))
+        await self.app(scope, receive, send)
+
+
+async def test_a_503_with_retry_after_is_counted_waited_out_and_retried_without_losing_or_doubling(tmp_path):
+    shed: list[ShedWrites] = []
+    with LoopbackServer(str(tmp_path), wrap=lambda app: shed.append(ShedWrites(app, 2)) or shed[0]) as server:
+        tokens = {"u0": server.make_key("u0"), "u1": server.make_key("u1")}
+        run = await run_load([server.url], tokens, clients=2, writes=2, searches=1, time_limit=60)
+    assert run["errors"] == {"503": 2} and run["retries"] == 2 and run["unfinished"] == 0
+    assert run["acknowledged"] == run["found"] == 4 and run["lost"] == run["duplicated"] == 0
+    times = shed[0].writes
+    assert [status for _, status in times].count(201) == 4
+    first_retry = next(t for t, status in times if status == 201)
+    assert first_retry - times[0][0] >= 0.95  # the retry waited for what Retry-After asked
+
+
+def test_the_curve_options_refuse_what_they_cannot_run():
+    from typer.testing import CliRunner
+
+    from memos.cli import app
+
+    runner = CliRunner()
+    for args, said in ((["--clients", "1,x"], "comma-separated"), (["--clients", "0,5"], "from 1 to 200"),
+                       (["--embedder", "none,hashed"], "unknown --embedder 'hashed'"), (["--clients", "1,500"], "from 1 to 200")):
+        out = runner.invoke(app, ["bench", "serve", *args])
+        assert out.exit_code == 2 and said in out.output, (args, out.output)
