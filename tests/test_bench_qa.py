@@ -252,3 +252,13 @@ def test_cli_runs_offline_with_the_test_model(tmp_path, dataset):
     assert refused.exit_code == 2 and "budget was 2000, now 500" in refused.output
     category5 = runner.invoke(app, [*args, "--category", "5", "--restart"])
     assert category5.exit_code == 2 and "only categories 1-4" in category5.output
+
+
+def test_cli_a_model_that_cannot_be_set_up_fails_cleanly_before_writing(tmp_path, dataset, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    out = tmp_path / "qa.jsonl"
+    args = ["bench", "qa", str(dataset), "--model", "test", "--judge", "openai-chat:gpt-4o", "--embedder", "none", "--out", str(out)]
+    failed = runner.invoke(app, args)
+    assert failed.exit_code == 2 and "OPENAI_API_KEY" in failed.output and "Traceback" not in failed.output
+    assert not out.exists() and not store_path(out).exists()

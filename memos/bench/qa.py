@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import UnexpectedModelBehavior
+from pydantic_ai.models import infer_model
 from pydantic_ai.settings import ModelSettings
 
 from memos import prompts
@@ -232,13 +233,16 @@ async def run_qa_bench(
         conversations = [c for c in conversations if c.sample_id in samples]
         items = [i for i in items if i.sample_id in samples]
     config = _config(path, model, judge, manager_model, budget, embedder, categories, manager_batch)
+    # the model strings are resolved here, before anything is written: a missing key or provider fails first
+    model, judge = infer_model(model), infer_model(judge)
+    manager_model = infer_model(manager_model) if manager_model is not None else None
+    answerer: Agent[None, str] = Agent(model, output_type=str, name="bench_answer")
+    grader: Agent[None, JudgeVerdict] = Agent(judge, output_type=JudgeVerdict, retries=judge_retries, name="bench_judge")
     store = store_path(out)
     if restart and store.exists():
         shutil.rmtree(store)
     results = ResultsFile(out, config, restart=restart)
     pending = [i for i in items if i.key not in results.done][:max_questions]
-    answerer: Agent[None, str] = Agent(model, output_type=str, name="bench_answer")
-    grader: Agent[None, JudgeVerdict] = Agent(judge, output_type=JudgeVerdict, retries=judge_retries, name="bench_judge")
     mem = await MemoryOS.open(store, embedder=embedder, model="gpt-4o")  # gpt-4o: tokens counted in o200k_base
     done = 0
     for conv in conversations:
