@@ -39,6 +39,8 @@ DATA = [
             {"question": "When did Caroline adopt her puppy?", "answer": "7 May 2023", "evidence": ["D1:1"], "category": 2},
             {"question": "What did Caroline realize after her charity race?", "evidence": ["D1:3"], "category": 5,
              "adversarial_answer": "self-care is important"},
+            {"question": "What did Mel say about the weather?", "answer": "Not mentioned in the conversation",  # a category 5
+             "evidence": ["D2:1"], "category": 5, "adversarial_answer": "sunny"},  # item with an answer, as two LOCOMO ones
             {"question": "Mel的猫叫什么名字？", "answer": "团子", "evidence": ["D2:1"], "category": 1},
             {"question": "Which city is Mel moving to?", "answer": "Lisbon", "evidence": ["D2:3"], "category": 3}]},
     {"sample_id": "conv-b", "conversation": {
@@ -143,9 +145,9 @@ async def test_answers_come_from_the_packed_memories_and_are_judged_by_category(
     assert report["answer_ms"]["p95"] >= report["answer_ms"]["p50"] > 0 and report["judge_ms"]["p50"] > 0
     rows = lines(out)
     assert [r["kind"] for r in rows] == ["config", "ingested", "answer", "answer", "answer", "answer", "ingested", "answer", "answer"]
-    chinese = next(r for r in rows if r.get("key") == "conv-a#3")
+    chinese = next(r for r in rows if r.get("key") == "conv-a#4")
     assert chinese["answer"] == "团子" and chinese["verdict"] == "CORRECT" and chinese["category"] == 1
-    assert next(r for r in rows if r.get("key") == "conv-a#4")["answer"] == "Porto"
+    assert next(r for r in rows if r.get("key") == "conv-a#5")["answer"] == "Porto"
 
 
 async def test_a_small_budget_packs_fewer_memories(tmp_path, dataset, embedder):
@@ -185,13 +187,13 @@ async def test_an_interrupted_run_resumes_with_only_the_questions_left(tmp_path,
     mem = await MemoryOS.open(store_path(out), embedder=embedder)
     await mem.ingest(Scope("conv-b"), [{"id": "D1:1", "actor": "Jon", "text": "half an ingest"}])
     with out.open("a") as handle:
-        handle.write('{"kind": "answer", "key": "conv-a#3", "verd')
+        handle.write('{"kind": "answer", "key": "conv-a#4", "verd')
     answerer, judge = Answerer(), Judge()
     report = await run_qa_bench(dataset, out=out, model=answerer.model, judge=judge.model, embedder=embedder)
     assert len(answerer.prompts) == 4 and len(judge.calls) == 4
     assert report["questions"] == 6 and report["resumed"] == 2 and report["answered_now"] == 4 and report["correct"] == 5
     assert [r.get("key") for r in lines(out) if r["kind"] == "answer"] == [
-        "conv-a#0", "conv-a#1", "conv-a#3", "conv-a#4", "conv-b#0", "conv-b#1"]
+        "conv-a#0", "conv-a#1", "conv-a#4", "conv-a#5", "conv-b#0", "conv-b#1"]
     for sample, turns in TURNS.items():  # conv-a not ingested twice; conv-b's half ingest replaced
         assert len(await mem.list(Scope(sample), "episodic", limit=100)) == turns
     again = await run_qa_bench(dataset, out=out, model=Answerer(fail_at=1).model, judge=Judge().model, embedder=embedder)
@@ -262,3 +264,18 @@ def test_cli_a_model_that_cannot_be_set_up_fails_cleanly_before_writing(tmp_path
     failed = runner.invoke(app, args)
     assert failed.exit_code == 2 and "OPENAI_API_KEY" in failed.output and "Traceback" not in failed.output
     assert not out.exists() and not store_path(out).exists()
+
+
+async def test_an_answer_model_that_returns_nothing_is_an_answer_error(tmp_path, dataset, embedder):
+    def silent_on_lisbon(messages, info: AgentInfo) -> ModelResponse:
+        if "Which city" in prompt_of(messages):
+            return ModelResponse(parts=[])  # nothing at all, every time it is asked again
+        return Answerer()(messages, info)
+
+    judge = Judge()
+    report = await run_qa_bench(dataset, out=tmp_path / "qa.jsonl", model=FunctionModel(silent_on_lisbon), judge=judge.model,
+                                embedder=embedder)
+    assert report["answer_errors"] == 1 and report["judge_errors"] == 0 and report["questions"] == 6
+    assert len(judge.calls) == 5 and report["correct"] == 5  # the failed answer is never judged, and not correct
+    [failed] = [r for r in lines(tmp_path / "qa.jsonl") if r.get("answer_error")]
+    assert failed["key"] == "conv-a#5" and failed["verdict"] is None and failed["answer"] is None
