@@ -8,9 +8,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["Conversation", "Question", "load_locomo", "run_retrieval_bench"]
+__all__ = ["Conversation", "Question", "load_locomo", "run_qa_bench", "run_retrieval_bench"]
 
-_LAZY = {"Conversation": ".locomo", "Question": ".locomo", "load_locomo": ".locomo", "run_retrieval_bench": ".retrieval"}
+_LAZY = {"Conversation": ".locomo", "Question": ".locomo", "load_locomo": ".locomo", "run_qa_bench": ".qa", "run_retrieval_bench": ".retrieval"}
 
 
 def __getattr__(name: str) -> Any:

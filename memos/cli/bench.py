@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import Progress
@@ -48,6 +48,79 @@ def retrieval(
             progress=lambda n, total: progress.update(task, completed=n, total=total)
         ))
     emit_json(report, json_out)
+
+
+@bench_app.command("qa")
+@guarded
+def qa(
+    file: Annotated[Path, typer.Argument(help="A LOCOMO-layout file (locomo10.json, or LongMemEval in the same layout).")],
+    model: Annotated[str, typer.Option(help="The answer model: any pydantic-ai model string ('openai-chat:NAME' with "
+                                            "OPENAI_BASE_URL for a local OpenAI-compatible server; 'test': offline).")],
+    judge: Annotated[str, typer.Option(help="The judge model (a pydantic-ai model string; it must return structured output).")],
+    out: Annotated[Path, typer.Option(help="The results file (JSON lines); a rerun with the same file resumes. "
+                                           "The store of ingested turns is kept beside it (<stem>.memos/).")] = Path("qa-results.jsonl"),
+    manager_model: Annotated[str | None, typer.Option(help="Also ingest through the memory manager with this model "
+                                                           "(default: raw turns only).")] = None,
+    budget: Annotated[int, typer.Option(min=1, max=100_000, help="Tokens of packed memories given to the answer model.")] = 2000,
+    samples: Annotated[list[str] | None, typer.Option("--sample", help="Only these conversations (sample_id, repeatable).")] = None,
+    categories: Annotated[list[int] | None, typer.Option("--category", help="Only these categories (1-4, repeatable; "
+                                                         "LOCOMO's 5 has no reference answer).")] = None,
+    max_questions: Annotated[int | None, typer.Option(min=1, help="Answer at most this many more questions (quick runs).")] = None,
+    embedder: Annotated[str, typer.Option(help="'local' (default), 'none' (full-text only) or an embedder name.")] = "local",
+    manager_batch: Annotated[int, typer.Option(min=1, max=200, help="Turns per memory-manager request (within a session).")] = 10,
+    judge_retries: Annotated[int, typer.Option(min=0, max=10, help="Retries of a judge whose output is malformed.")] = 2,
+    restart: Annotated[bool, typer.Option("--restart", help="Drop the results file and its store and start over.")] = False,
+    json_out: Annotated[str | None, typer.Option("--json", help="Where to write the JSON report ('-': stdout; "
+                                                             "default: <out stem>.report.json).")] = None,
+) -> None:
+    """End-to-end QA: ingest, answer each question from memos' packed memories, judge (J by category).
+
+    Prompts: prompts/bench_answer.j2 and bench_judge.j2 (docs/benchmarks.md). The models are
+    resolved when the run starts; every answer is written as it comes, so an interrupted run
+    resumes where it stopped."""
+    import sys
+
+    from rich.console import Console
+
+    from memos.bench.qa import CATEGORIES, run_qa_bench
+
+    if not file.exists():
+        fail(f"{file} does not exist; the benchmark reads {LOCOMO_SOURCE}")
+    with Progress(console=console) as progress:
+        task = progress.add_task("questions", total=None)
+        report = run_sync(run_qa_bench(
+            file, out=out, model=model, judge=judge, manager_model=manager_model, budget=budget,
+            embedder=None if embedder == "none" else embedder, samples=samples, categories=tuple(categories or CATEGORIES),
+            max_questions=max_questions, restart=restart, manager_batch=manager_batch, judge_retries=judge_retries,
+            progress=lambda n, total: progress.update(task, completed=n, total=total),
+        ))
+    (console if json_out == "-" else Console(file=sys.stdout)).print(qa_table(report))
+    emit_json(report, out.parent / f"{out.stem}.report.json" if json_out is None else json_out)
+
+
+def qa_table(report: dict[str, Any]) -> Any:
+    """The report of `memos bench qa` as a table of J by category, then tokens, latency and errors."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table()
+    for column in ("category", "n", "correct", "J"):
+        table.add_column(column, justify="right")
+    for category, row in report["by_category"].items():
+        table.add_row(category, str(row["n"]), str(row["correct"]), f"{row['J']:.3f}")
+    table.add_row("all", str(report["questions"]), str(report["correct"]), f"{report['J']:.3f}", style="bold")
+    tokens, answer, judged, usage = report["context_tokens"], report["answer_ms"], report["judge_ms"], report["answer_usage"]
+    notes = [
+        f"packed context: mean {tokens['mean']:,} / median {tokens['median']:,} tokens a question",
+        f"latency p50 / p95: answer {answer['p50']:,} / {answer['p95']:,} ms, judge {judged['p50']:,} / {judged['p95']:,} ms",
+        f"answer model: {usage['input_tokens_per_question']:,} in / {usage['output_tokens_per_question']:,} out tokens a question"
+        if usage else "answer model: no token usage reported",
+        f"judge errors {report['judge_errors']}, answer errors {report['answer_errors']} (in n, not correct)",
+        f"resumed {report['resumed']}, answered now {report['answered_now']}, remaining {report['remaining']}",
+    ]
+    title = Text(f"memos bench qa: J = {report['J']:.3f} on {report['questions']} questions", style="bold")
+    return Group(title, table, Text("\n".join(notes)))
 
 
 @bench_app.command("embedder")
