@@ -104,7 +104,8 @@ def _provider(name: str) -> Any:
     configured = _configured(client)
     if configured is client:
         return provider
-    return type(provider)(openai_client=configured)
+    openai_compatible: Any = type(provider)  # OpenAIProvider, OllamaProvider, ...: each takes its client
+    return openai_compatible(openai_client=configured)
 
 
 def _configured(client: Any) -> Any:

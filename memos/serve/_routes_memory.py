@@ -28,8 +28,21 @@ from memos.store.scope import Scope
 from .deps import Caller, CallerDep
 from .errors import ApiError
 from .extraction import with_running
-from .schemas import (ERRORS, BlockOut, BlocksOut, ChatOut, Deleted, ForgetOut, HistoryOut, JobsOut, MessagesOut, RecordList, RecordOut,
-                      Revealed, SearchOut)
+from .schemas import (
+    ERRORS,
+    BlockOut,
+    BlocksOut,
+    ChatOut,
+    Deleted,
+    ForgetOut,
+    HistoryOut,
+    JobsOut,
+    MessagesOut,
+    RecordList,
+    RecordOut,
+    Revealed,
+    SearchOut,
+)
 from .tenancy import RECHECK_SECONDS, check_admin
 
 __all__ = ["MAX_BUDGET", "MAX_K", "MAX_LIST", "MAX_MESSAGES", "record_json", "router"]

@@ -13,13 +13,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "BlockOut", "BlocksOut", "ChatOut", "ContextOut", "Deleted", "ERRORS", "ErrorOut", "ExtractionRef", "ForgetOut", "GraphOut",
-    "HealthOut", "HistoryEntryOut", "HistoryOut", "HitOut", "JobOut", "JobsOut", "KeyOut", "KeysOut", "MessagesOut", "NewKeyOut",
-    "RecordList", "RecordOut", "Revealed", "Revoked", "SearchOut", "StoreInfo", "StoresOut", "TimelineOut", "TurnOut",
+    "BlockOut", "BlocksOut", "ChatOut", "ContextOut", "ContextSummary", "Deleted", "ERRORS", "ErrorDetail", "ErrorOut",
+    "ExtractionRef", "ForgetOut", "GraphEdge", "GraphNode", "GraphOut", "HealthOut", "HistoryEntryOut", "HistoryOut", "HitOut",
+    "JobOut", "JobsOut", "KeyOut", "KeysOut", "MessagesOut", "NewKeyOut", "PagedIn", "Produced", "RecordList", "RecordOut",
+    "Revealed", "Revoked", "SearchOut", "StoreInfo", "StoresOut", "TimelineOut", "TurnOut",
 ]
 
 
 class ErrorDetail(BaseModel):
+    """What failed and how to fix it."""
+
     type: str = Field(description="A stable error type, e.g. not_found, invalid_request, no_model.")
     message: str = Field(description="What went wrong and what to do about it.")
     fields: list[dict[str, str]] | None = Field(None, description="For invalid_request: each bad field and its problem.")
@@ -60,15 +63,21 @@ class RecordOut(BaseModel):
 
 
 class RecordList(BaseModel):
+    """A store's records, oldest first."""
+
     store: str
     records: list[RecordOut]
 
 
 class Deleted(BaseModel):
+    """The id of the record deleted (with its history)."""
+
     deleted: str
 
 
 class HistoryEntryOut(BaseModel):
+    """One audit entry: who did what to which record, when."""
+
     id: str
     at: str
     op: str = Field(description="add, update, supersede, delete, merge, reveal, job, ...")
@@ -80,6 +89,8 @@ class HistoryEntryOut(BaseModel):
 
 
 class HistoryOut(BaseModel):
+    """Audit entries, oldest first."""
+
     history: list[HistoryEntryOut]
 
 
@@ -95,6 +106,8 @@ class HitOut(BaseModel):
 
 
 class SearchOut(BaseModel):
+    """Search hits, best first."""
+
     hits: list[HitOut]
     tokens: int = Field(description="Tokens of all the hits' text.")
 
@@ -107,18 +120,24 @@ class ExtractionRef(BaseModel):
 
 
 class MessagesOut(BaseModel):
+    """The stored turns, and the extraction job that reads them."""
+
     session_id: str
     turns: list[RecordOut]
     extraction: ExtractionRef | None = Field(None, description="The extraction job; null when extraction is off.")
 
 
 class ContextSummary(BaseModel):
+    """Tokens per section of the context the chat model was shown."""
+
     sections: dict[str, int]
     total: int
     budget: int
 
 
 class ChatOut(BaseModel):
+    """The agent's reply, the memory tools it called and the context it used."""
+
     reply: str
     session_id: str
     tool_calls: list[str]
@@ -126,6 +145,8 @@ class ChatOut(BaseModel):
 
 
 class BlockOut(BaseModel):
+    """A core block with its size."""
+
     label: str
     description: str
     value: str
@@ -135,15 +156,21 @@ class BlockOut(BaseModel):
 
 
 class BlocksOut(BaseModel):
+    """The core blocks of the caller's agent."""
+
     blocks: list[BlockOut]
 
 
 class Revealed(BaseModel):
+    """A vault secret, shown once (never cached)."""
+
     id: str
     secret: str
 
 
 class ForgetOut(BaseModel):
+    """What forgetting a user removed."""
+
     forgotten: str
     removed: dict[str, int] = Field(description="Records removed per store.")
 
@@ -160,10 +187,14 @@ class JobOut(BaseModel):
 
 
 class JobsOut(BaseModel):
+    """Job outcomes, oldest first, then the extractions still running."""
+
     jobs: list[JobOut]
 
 
 class StoreInfo(BaseModel):
+    """One store: its record count and fields."""
+
     name: str
     count: int
     description: str
@@ -173,12 +204,16 @@ class StoreInfo(BaseModel):
 
 
 class StoresOut(BaseModel):
+    """The caller and every store of the memory."""
+
     user_id: str
     agent_id: str | None
     stores: list[StoreInfo]
 
 
 class Produced(BaseModel):
+    """A record made from a turn."""
+
     store: str
     id: str
     rendered: str
@@ -190,16 +225,22 @@ class TurnOut(RecordOut):
 
 
 class TimelineOut(BaseModel):
+    """The newest turns, each with the records made from it."""
+
     turns: list[TurnOut]
 
 
 class PagedIn(BaseModel):
+    """A memory paged into the context."""
+
     store: str
     id: str
     tokens: int
 
 
 class ContextOut(BaseModel):
+    """The compiled context of a session's current step."""
+
     session_id: str
     sections: dict[str, int]
     total: int
@@ -210,12 +251,16 @@ class ContextOut(BaseModel):
 
 
 class GraphNode(BaseModel):
+    """An entity."""
+
     id: str
     label: str
     kind: str | None = None
 
 
 class GraphEdge(BaseModel):
+    """A relation between two entities."""
+
     id: str
     source: str | None
     target: str | None
@@ -224,12 +269,16 @@ class GraphEdge(BaseModel):
 
 
 class GraphOut(BaseModel):
+    """The entity graph (available: the store has entity and relation types)."""
+
     available: bool
     nodes: list[GraphNode]
     edges: list[GraphEdge]
 
 
 class KeyOut(BaseModel):
+    """What an API key grants (never the key itself)."""
+
     key_id: str
     user_id: str
     agent_id: str | None = None
@@ -239,18 +288,26 @@ class KeyOut(BaseModel):
 
 
 class NewKeyOut(BaseModel):
+    """A new API key and what it grants."""
+
     token: str = Field(description="The API key itself: shown this once, stored only hashed.")
     key: KeyOut
 
 
 class KeysOut(BaseModel):
+    """API keys, oldest first."""
+
     keys: list[KeyOut]
 
 
 class Revoked(BaseModel):
+    """The id of the key revoked."""
+
     revoked: str
 
 
 class HealthOut(BaseModel):
+    """The server is up and its store answers."""
+
     ok: bool
     stores: list[str]
