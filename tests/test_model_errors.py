@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 
 from memos.bench.serve import free_port
 from memos.cli import app
-from memos.cli._model import choose_model
 
 runner = CliRunner()
 
@@ -24,7 +23,6 @@ import json, sys
 sys.modules["openai"] = None  # as if only memos-memory[local] were installed
 from typer.testing import CliRunner
 from memos.cli import app
-from memos.cli._model import choose_model
 runs = [CliRunner().invoke(app, ["chat", *options, "--db", sys.argv[1], "-m", "hi"]) for options in json.loads(sys.argv[2])]
 print(json.dumps([[r.exit_code, r.output] for r in runs]))
 """
@@ -90,6 +88,8 @@ def test_a_model_server_that_is_down_is_named_with_the_setting_that_chose_it(cli
 
 
 def test_each_way_of_naming_a_model_server_is_the_setting_an_error_names(cli):
+    from memos.cli._model import choose_model
+
     url = "http://127.0.0.1:9/v1"
     cli.setenv("OLLAMA_BASE_URL", url)
     assert (choose_model("ollama:llama3.2").url, choose_model("ollama:llama3.2").setting) == (url, "OLLAMA_BASE_URL")
