@@ -56,6 +56,10 @@ def serve(
         fail(f"no memos store at {db} (create one with `memos init {db}`)")
     if admin_key and len(admin_key) < 16:
         fail("the admin key must be at least 16 characters")
+    if model:  # a provider client not installed, an API key not set: one line now, not a failure per request
+        from ._model import choose_model
+
+        choose_model(model)
     options = _options(storage_option)
     console.print(f"memos serve: {db} on http://{host}:{port} (web view /ui, API /v1, schema /openapi.json)"
                   + ("" if admin_key else "; no admin key: /admin and vault reveals are off"))

@@ -171,7 +171,7 @@ def _entry(entry: Any) -> dict[str, Any]:
 # --- search ------------------------------------------------------------------------------------
 
 class SearchBody(Strict):
-    query: str = Field(min_length=1, max_length=4_000, description="What to look for.")
+    query: str = Field(min_length=1, max_length=4_000, description="What to look for.", examples=["where does the user live"])
     k: int = Field(10, ge=1, le=MAX_K, description=f"How many hits (at most {MAX_K}).")
     budget_tokens: int | None = Field(None, ge=16, le=MAX_BUDGET, description="Instead of k: the best hits that fit this many tokens.")
     types: list[str] | None = Field(None, max_length=20, description="Stores to search (default: all but core).")
@@ -229,7 +229,8 @@ class MessageIn(Strict):
 
 class MessagesBody(Strict):
     session_id: str = Field("default", min_length=1, max_length=256)
-    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
+    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES, examples=[[
+        {"role": "user", "content": "I moved to Porto last month"}, {"role": "assistant", "content": "How do you like it?"}]])
     extract: bool | None = Field(None, description="Extract memories from these turns with the memory manager, in the "
                                                    "background (a job in /v1/jobs). Default: the server's setting, on "
                                                    "when it runs with a model.")

@@ -121,7 +121,7 @@ function operation(path, method, op) {
   const id = op.operationId || method + path;
   const details = el("details", { class: "op", id: "op-" + id, "data-method": method, "data-path": path },
     el("summary", {}, el("span", { class: "method " + method, text: method }), el("span", { class: "path", text: path }),
-      el("span", { text: op.summary || "" }), op.security ? el("span", { class: "lock", text: "🔒 bearer" }) : ""));
+      el("span", { text: op.summary || "" }), op.security ? el("span", { class: "lock", text: "auth: bearer" }) : ""));
   const body = el("div", { class: "body" });
   if (op.description && op.description !== op.summary) body.append(el("p", { text: op.description }));
   const params = op.parameters || [];
