@@ -181,7 +181,8 @@ class SearchBody(Strict):
     include_inactive: bool = False
 
 
-@router.post("/search", tags=["search"], response_model=SearchOut, summary="Hybrid search with score parts (vector, full text, recency, importance).")
+@router.post("/search", tags=["search"], response_model=SearchOut,
+             summary="Hybrid search with score parts (vector, full text, recency, importance).")
 async def search_memory(caller: CallerDep, body: SearchBody) -> dict[str, Any]:
     hits = await caller.memory.search(body.query, caller.scope, types=body.types, k=body.k, budget_tokens=body.budget_tokens,
                                       since=body.since, until=body.until, tags=body.tags, include_inactive=body.include_inactive)
@@ -265,7 +266,8 @@ class ChatBody(Strict):
 
 
 @router.post("/chat", tags=["conversation"], response_model=ChatOut,
-             responses={200: {"content": {"text/event-stream": {}}, "description": "The reply; with `stream`, server-sent events."}}, summary="One chat turn through the memory agent (needs a model on the server).")
+             responses={200: {"content": {"text/event-stream": {}}, "description": "The reply; with `stream`, server-sent events."}},
+             summary="One chat turn through the memory agent (needs a model on the server).")
 async def chat(caller: CallerDep, body: ChatBody) -> Any:
     model = caller.state.config.model
     if model is None:
@@ -410,7 +412,8 @@ async def vault_reveal(caller: CallerDep, record_id: str,
 # --- export, forget, jobs ------------------------------------------------------------------------
 
 @router.get("/export", tags=["portability"], response_class=StreamingResponse,
-            responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}, "description": "memos-export/1 JSON lines."}}, summary="The caller's scope as memos-export/1 JSON lines (vault secrets stay ciphertext).")
+            responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}, "description": "memos-export/1 JSON lines."}},
+            summary="The caller's scope as memos-export/1 JSON lines (vault secrets stay ciphertext).")
 async def export(caller: CallerDep) -> StreamingResponse:
     lines = await export_scope(caller.memory, caller.scope)
 
@@ -422,7 +425,8 @@ async def export(caller: CallerDep) -> StreamingResponse:
                              headers={"Content-Disposition": f'attachment; filename="{caller.key.user_id}.memos.jsonl"'})
 
 
-@router.delete("/memory", tags=["portability"], response_model=ForgetOut, summary="Forget the caller's user: every record, its history and session state.")
+@router.delete("/memory", tags=["portability"], response_model=ForgetOut,
+               summary="Forget the caller's user: every record, its history and session state.")
 async def forget(caller: CallerDep, confirm: Annotated[str, Query(description="The user id again, to confirm.")]) -> dict[str, Any]:
     if caller.key.agent_id is not None:
         raise ApiError(403, "agent_key", "this key is bound to one agent; forgetting a whole user needs a user-wide key")

@@ -43,7 +43,8 @@ async def stores(caller: CallerDep) -> dict[str, Any]:
     return {"user_id": caller.key.user_id, "agent_id": caller.key.agent_id, "stores": out}
 
 
-@router.get("/v1/timeline", tags=["view"], response_model=TimelineOut, summary="The newest conversation turns and the records made from them (provenance).")
+@router.get("/v1/timeline", tags=["view"], response_model=TimelineOut,
+            summary="The newest conversation turns and the records made from them (provenance).")
 async def timeline(caller: CallerDep, session_id: Annotated[str | None, Query(max_length=256)] = None,
                    limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
     memory = caller.memory
@@ -62,7 +63,8 @@ async def timeline(caller: CallerDep, session_id: Annotated[str | None, Query(ma
     return {"turns": [{**record_json(t), "produced": produced.get(t.id, [])} for t in turns]}
 
 
-@router.get("/v1/context", tags=["view"], response_model=ContextOut, summary="The compiled context of a session's current step, tokens per section.")
+@router.get("/v1/context", tags=["view"], response_model=ContextOut,
+            summary="The compiled context of a session's current step, tokens per section.")
 async def context(caller: CallerDep, session_id: Annotated[str, Query(min_length=1, max_length=256)] = "default",
                   budget: Annotated[int, Query(ge=256, le=200_000)] = 4_000) -> dict[str, Any]:
     scope = caller.session_scope(session_id)
@@ -76,7 +78,8 @@ async def context(caller: CallerDep, session_id: Annotated[str, Query(min_length
             "system_prompt": ctx.system_prompt}
 
 
-@router.get("/v1/graph", tags=["view"], response_model=GraphOut, summary="The entity graph (entities and relations), when the store has those types.")
+@router.get("/v1/graph", tags=["view"], response_model=GraphOut,
+            summary="The entity graph (entities and relations), when the store has those types.")
 async def graph(caller: CallerDep, limit: Annotated[int, Query(ge=1, le=2_000)] = 300) -> dict[str, Any]:
     memory = caller.memory
     if not all(t in memory.types for t in GRAPH_TYPES):
@@ -99,7 +102,8 @@ def _first(record: Any, *fields: str) -> Any:
 
 
 @router.get("/v1/events", tags=["view"], response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "Change events."}}, summary="Server-sent events: every write to the caller's scope made through this server "
+            responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "Change events."}},
+            summary="Server-sent events: every write to the caller's scope made through this server "
             "(a revoked key's stream ends with a 'revoked' event within seconds).")
 async def events(caller: CallerDep) -> StreamingResponse:
     changes = caller.state.bus.stream(caller.scope, alive=caller.key_valid, check_every=RECHECK_SECONDS)
