@@ -89,3 +89,34 @@ def test_a_message_posted_through_the_api_appears_live_and_the_context_bars_rend
         if shots:
             Path(shots).mkdir(parents=True, exist_ok=True)
             browser.save_screenshot(str(Path(shots) / "web-view.png"))
+
+
+def test_the_api_reference_at_docs_renders_the_schema_and_sends_a_call_with_the_key(tmp_path, browser):
+    store = tmp_path / "db"
+    store.mkdir()
+    with ServerProcess(str(store)) as server:
+        token = server.make_key("alice")
+        httpx.post(server.url + "/v1/messages", headers={"Authorization": f"Bearer {token}"}, timeout=30,
+                   json={"messages": [{"role": "user", "content": "My cat Miso is two years old"}]})
+        browser.get(server.url + "/docs")
+        wait = WebDriverWait(browser, 30)
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "details.op")) >= 28)
+        search = browser.find_element(By.CSS_SELECTOR, 'details.op[data-method="post"][data-path="/v1/search"]')
+        assert "auth: bearer" in search.text and "Hybrid search" in search.text
+        search.find_element(By.TAG_NAME, "summary").click()
+        assert "SearchOut" in search.text and "tokens" in search.text  # the typed response, field by field
+        body = search.find_element(By.TAG_NAME, "textarea")
+        assert '"query"' in body.get_attribute("value")  # a body to start from, made from the request schema
+
+        search.find_element(By.CSS_SELECTOR, "form.try button").click()  # no key yet: the server says so
+        output = search.find_element(By.CSS_SELECTOR, "pre.response")
+        wait.until(lambda d: output.get_attribute("data-status") == "401")
+        browser.find_element(By.ID, "token").send_keys(token)
+        browser.find_element(By.CSS_SELECTOR, "#auth button").click()
+        body.clear()
+        body.send_keys('{"query": "how old is the cat", "k": 3}')
+        search.find_element(By.CSS_SELECTOR, "form.try button").click()
+        wait.until(lambda d: output.get_attribute("data-status") == "200")
+        assert "My cat Miso is two years old" in output.text
+        origins = browser.execute_script("return performance.getEntriesByType('resource').map(e => new URL(e.name).origin)")
+        assert set(origins) == {server.url}  # the page, its script and the schema: nothing from elsewhere

@@ -63,6 +63,10 @@ def guarded(fn: Any) -> Any:
 def _model_setup_error(exc: Exception) -> str | None:
     """One line for a model that cannot be used as configured (a missing API key, a provider extra
     not installed, a server that refuses the request), instead of a long traceback."""
+    if isinstance(exc, ImportError):  # a provider's client that is not installed
+        from ._model import missing_extra
+
+        return missing_extra(exc)
     errors = sys.modules.get("pydantic_ai.exceptions")
     if errors is None or not isinstance(exc, (errors.UserError, errors.ModelAPIError)):
         return None

@@ -15,6 +15,7 @@ from memos.store.lancedb._malloc import freeze_startup_objects
 from memos.store.scope import Scope
 
 from ._app import DbOption, JsonOption, UserOption, app, emit_json, fail, guarded
+from ._model import choose_model
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -98,7 +99,8 @@ def chat(
     """Chat with a memory-backed agent (/help lists the commands; /exit leaves)."""
     from memos.memory import MemoryOS
 
-    chosen = _model(model, base_url)
+    picked = choose_model(model, base_url)
+    chosen = picked.model
     memory = MemoryOS.open_sync(db, model=model if model != "test" else None)
     bot = memory.agent(chosen, Scope(user, agent, session), budget=budget, manager_model=None if model == "test" else chosen,
                        approve=lambda call: typer.confirm(f"Reveal vault item {call.args}?", default=False))
@@ -120,7 +122,13 @@ def chat(
                 out.print(f"unknown command {command}")
             out.print(CHAT_HELP)
             continue
-        reply = bot.chat_sync(text)
+        try:
+            reply = bot.chat_sync(text)
+        except Exception as exc:
+            unreachable = picked.explain(exc)
+            if unreachable is None:
+                raise
+            fail(unreachable)
         ctx = bot.last.context if bot.last else None
         out.print(f"[bold green]{bot.name}>[/bold green] {reply}")
         if ctx:
@@ -133,20 +141,6 @@ CHAT_HELP = ("commands: /context  tokens per section of the last prompt · /help
 
 
 def _model(name: str, base_url: str | None = None) -> Model | str:
-    """A model string as pydantic-ai takes it; 'test' is an offline TestModel; with `base_url`, the
+    """A model as pydantic-ai takes it ('test': an offline TestModel); with `base_url`, the
     chat-completions API of an OpenAI-compatible server (Ollama, vLLM, llama.cpp) serving `name`."""
-    if name == "test":
-        from pydantic_ai.models.test import TestModel
-
-        return TestModel(call_tools=[], custom_output_text="(test model) noted.")
-    if base_url:
-        try:
-            from pydantic_ai.models.openai import OpenAIChatModel
-            from pydantic_ai.providers.openai import OpenAIProvider
-        except ImportError:
-            fail("--base-url needs the OpenAI client: pip install 'memos-memory[openai]'")
-        import os
-
-        served = name.split(":", 1)[1] if name.startswith(("openai-chat:", "openai:", "ollama:")) else name
-        return OpenAIChatModel(served, provider=OpenAIProvider(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY") or "local"))
-    return name
+    return choose_model(name, base_url).model

@@ -37,7 +37,10 @@ def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8077,
     admin_key: Annotated[str | None, typer.Option(envvar="MEMOS_ADMIN_KEY", help="Key for /admin and for approving vault reveals.")] = None,
-    model: Annotated[str | None, typer.Option(help="Chat model for /v1/chat, e.g. openai:gpt-4o-mini (none: chat off).")] = None,
+    model: Annotated[str | None, typer.Option(help="Chat model for /v1/chat and the memory manager that extracts memories from "
+                                                   "POST /v1/messages, e.g. openai:gpt-4o-mini (none: both off).")] = None,
+    extract: Annotated[bool, typer.Option(help="With --model: extract memories from posted messages unless a request "
+                                                "says \"extract\": false.")] = True,
     embedder: Annotated[str, typer.Option(help="'local', 'none' (full-text only) or a pydantic-ai embedding model.")] = "local",
     storage_option: StorageOpt = None,
     workers: Annotated[int, typer.Option(min=1, max=64, help="Server processes (spawned, sharing only the store).")] = 1,
@@ -53,17 +56,22 @@ def serve(
         fail(f"no memos store at {db} (create one with `memos init {db}`)")
     if admin_key and len(admin_key) < 16:
         fail("the admin key must be at least 16 characters")
+    if model:  # a provider client not installed, an API key not set: one line now, not a failure per request
+        from ._model import choose_model
+
+        choose_model(model)
     options = _options(storage_option)
     console.print(f"memos serve: {db} on http://{host}:{port} (web view /ui, API /v1, schema /openapi.json)"
                   + ("" if admin_key else "; no admin key: /admin and vault reveals are off"))
     if workers == 1:
         from memos.serve import ServeConfig, run
 
-        run(ServeConfig(uri=str(db), embedder=embedder_choice(embedder), admin_key=admin_key, model=model,
+        run(ServeConfig(uri=str(db), embedder=embedder_choice(embedder), admin_key=admin_key, model=model, extract=extract,
                         storage_options=options), host=host, port=port, log_level=log_level)
         return
     # several processes: uvicorn spawns each worker, which builds its app from the environment
     os.environ.update({"MEMOS_SERVE_DB": str(db), "MEMOS_SERVE_EMBEDDER": embedder, "MEMOS_SERVE_MODEL": model or "",
+                       "MEMOS_SERVE_EXTRACT": "1" if extract else "0",
                        "MEMOS_SERVE_OPTIONS": __import__("json").dumps(options or {})})
     if admin_key:
         os.environ["MEMOS_ADMIN_KEY"] = admin_key

@@ -9,10 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .deps import AdminDep
 from .errors import ApiError
+from .schemas import ERRORS, KeysOut, NewKeyOut, Revoked
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/admin", tags=["admin"])
+router = APIRouter(prefix="/admin", tags=["admin"], responses=ERRORS)
 
 
 class NewKey(BaseModel):
@@ -25,20 +26,20 @@ class NewKey(BaseModel):
         "none", description="The most sensitive vault level the key may reveal, each time with an operator's approval.")
 
 
-@router.post("/keys", status_code=201, summary="Make an API key for a user (the token is shown once).")
+@router.post("/keys", status_code=201, response_model=NewKeyOut, summary="Make an API key for a user (the token is shown once).")
 async def create_key(state: AdminDep, body: NewKey) -> dict[str, Any]:
     assert state.tenants is not None
     token, key = await state.tenants.create(body.user_id, agent_id=body.agent_id, name=body.name, clearance=body.clearance)
     return {"token": token, "key": key.public()}
 
 
-@router.get("/keys", summary="The keys (never their tokens), optionally of one user.")
+@router.get("/keys", response_model=KeysOut, summary="The keys (never their tokens), optionally of one user.")
 async def list_keys(state: AdminDep, user_id: Annotated[str | None, Query(max_length=256)] = None) -> dict[str, Any]:
     assert state.tenants is not None
     return {"keys": [k.public() for k in await state.tenants.list(user_id)]}
 
 
-@router.delete("/keys/{key_id}", summary="Revoke a key (every server process stops accepting it within seconds).")
+@router.delete("/keys/{key_id}", response_model=Revoked, summary="Revoke a key (every server process stops accepting it within seconds).")
 async def revoke_key(state: AdminDep, key_id: str) -> dict[str, Any]:
     assert state.tenants is not None
     if not await state.tenants.revoke(key_id):

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from memos.context.core_memory import CoreMemory
 from memos.context.session import MemorySession
@@ -27,6 +27,22 @@ from memos.store.scope import Scope
 
 from .deps import Caller, CallerDep
 from .errors import ApiError
+from .extraction import with_running
+from .schemas import (
+    ERRORS,
+    BlockOut,
+    BlocksOut,
+    ChatOut,
+    Deleted,
+    ForgetOut,
+    HistoryOut,
+    JobsOut,
+    MessagesOut,
+    RecordList,
+    RecordOut,
+    Revealed,
+    SearchOut,
+)
 from .tenancy import RECHECK_SECONDS, check_admin
 
 __all__ = ["MAX_BUDGET", "MAX_K", "MAX_LIST", "MAX_MESSAGES", "Strict", "new_record", "record_json", "router"]
@@ -37,7 +53,7 @@ MAX_LIST = 1_000
 MAX_MESSAGES = 200
 _SERVER_FIELDS = {"id", "user_id", "agent_id", "session_id", "text", "created_at", "updated_at", "access_count", "last_accessed"}
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", responses=ERRORS)
 Store = Annotated[str, "a store name (GET /v1/stores lists them)"]
 RecordBody = Annotated[dict[str, Any], Body(description="The record's fields (GET /v1/stores lists each store's fields).",
                                               examples=[{"subject": "alice", "summary": "Alice prefers tea"}])]
@@ -55,9 +71,13 @@ def record_json(record: Any) -> dict[str, Any]:
     return data
 
 
-def hit_json(hit: Hit) -> dict[str, Any]:
+def hit_json(hit: Hit, count_tokens: Callable[[str], int]) -> dict[str, Any]:
+    """A hit as the API returns it: a top-k search leaves `text` and `tokens` to be filled here
+    (a budgeted one has them from packing)."""
+    text = hit.text or hit.record.render()
+    tokens = hit.tokens or count_tokens(text)
     return {"store": hit.memory_type, "score": round(hit.score, 6), "parts": {k: round(v, 6) for k, v in hit.parts.items()},
-            "text": hit.text, "tokens": hit.tokens, "record": record_json(hit.record)}
+            "text": text, "tokens": tokens, "record": record_json(hit.record)}
 
 
 def new_record(memory: MemoryOS, store: str, body: dict[str, Any]) -> Any:
@@ -75,7 +95,7 @@ def new_record(memory: MemoryOS, store: str, body: dict[str, Any]) -> Any:
 
 # --- records per store --------------------------------------------------------------------------
 
-@router.post("/stores/{store}", tags=["records"], status_code=201, summary="Add a record to a store.")
+@router.post("/stores/{store}", tags=["records"], status_code=201, response_model=RecordOut, summary="Add a record to a store.")
 async def add_record(caller: CallerDep, store: Store, body: RecordBody,
                      session_id: Annotated[str | None, Query(max_length=256)] = None) -> dict[str, Any]:
     scope = caller.session_scope(session_id) if session_id else caller.scope
@@ -84,7 +104,7 @@ async def add_record(caller: CallerDep, store: Store, body: RecordBody,
     return record_json(added)
 
 
-@router.get("/stores/{store}", tags=["records"], summary="List a store's records (oldest first).")
+@router.get("/stores/{store}", tags=["records"], response_model=RecordList, summary="List a store's records (oldest first).")
 async def list_records(
     caller: CallerDep, store: Store,
     status: Annotated[Literal["active", "superseded", "archived", "all"], Query()] = "active",
@@ -97,12 +117,12 @@ async def list_records(
     return {"store": store, "records": [record_json(r) for r in records]}
 
 
-@router.get("/stores/{store}/{record_id}", tags=["records"], summary="One record.")
+@router.get("/stores/{store}/{record_id}", tags=["records"], response_model=RecordOut, summary="One record.")
 async def get_record(caller: CallerDep, store: Store, record_id: str) -> dict[str, Any]:
     return record_json(await caller.memory.get(caller.scope, store, record_id))
 
 
-@router.patch("/stores/{store}/{record_id}", tags=["records"],
+@router.patch("/stores/{store}/{record_id}", tags=["records"], response_model=RecordOut,
               summary="Change fields of a record (audited). A vault item's secret or sensitivity needs a key whose clearance "
                       "reaches the item's sensitivity; lowering it also needs the admin key in X-Memos-Approval, as a reveal does.")
 async def update_record(caller: CallerDep, store: Store, record_id: str, changes: RecordBody,
@@ -116,7 +136,7 @@ async def update_record(caller: CallerDep, store: Store, record_id: str, changes
     return record_json(updated)
 
 
-@router.post("/stores/{store}/{record_id}/supersede", tags=["records"], status_code=201,
+@router.post("/stores/{store}/{record_id}/supersede", tags=["records"], status_code=201, response_model=RecordOut,
              summary="Replace a record by a new one: the old one closes its validity and links the new.")
 async def supersede_record(caller: CallerDep, store: Store, record_id: str, body: RecordBody) -> dict[str, Any]:
     new = await caller.memory.supersede(caller.scope, store, record_id, new_record(caller.memory, store, body), actor=caller.actor)
@@ -124,20 +144,20 @@ async def supersede_record(caller: CallerDep, store: Store, record_id: str, body
     return record_json(new)
 
 
-@router.delete("/stores/{store}/{record_id}", tags=["records"], summary="Delete a record and its history for real.")
+@router.delete("/stores/{store}/{record_id}", tags=["records"], response_model=Deleted, summary="Delete a record and its history for real.")
 async def delete_record(caller: CallerDep, store: Store, record_id: str) -> dict[str, Any]:
     await caller.memory.delete(caller.scope, store, record_id, actor=caller.actor)
     caller.state.bus.publish(caller.scope, "delete", store=store, ids=[record_id])
     return {"deleted": record_id}
 
 
-@router.get("/stores/{store}/{record_id}/history", tags=["records"], summary="The audit trail of one record.")
+@router.get("/stores/{store}/{record_id}/history", tags=["records"], response_model=HistoryOut, summary="The audit trail of one record.")
 async def record_history(caller: CallerDep, store: Store, record_id: str) -> dict[str, Any]:
     await caller.memory.get(caller.scope, store, record_id)  # 404 if it is not this caller's
     return {"history": [_entry(e) for e in await caller.memory.history(caller.scope, record_id)]}
 
 
-@router.get("/history", tags=["records"], summary="The newest audit entries of the caller's scope.")
+@router.get("/history", tags=["records"], response_model=HistoryOut, summary="The newest audit entries of the caller's scope.")
 async def scope_history(caller: CallerDep, limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100) -> dict[str, Any]:
     return {"history": [_entry(e) for e in await caller.memory.history(caller.scope, limit=limit)]}
 
@@ -151,7 +171,7 @@ def _entry(entry: Any) -> dict[str, Any]:
 # --- search ------------------------------------------------------------------------------------
 
 class SearchBody(Strict):
-    query: str = Field(min_length=1, max_length=4_000, description="What to look for.")
+    query: str = Field(min_length=1, max_length=4_000, description="What to look for.", examples=["where does the user live"])
     k: int = Field(10, ge=1, le=MAX_K, description=f"How many hits (at most {MAX_K}).")
     budget_tokens: int | None = Field(None, ge=16, le=MAX_BUDGET, description="Instead of k: the best hits that fit this many tokens.")
     types: list[str] | None = Field(None, max_length=20, description="Stores to search (default: all but core).")
@@ -163,40 +183,83 @@ class SearchBody(Strict):
     exclude: list[str] = Field([], max_length=MAX_LIST, description="Record ids to leave out of the candidates.")
 
 
-@router.post("/search", tags=["search"], summary="Hybrid search with score parts (vector, full text, recency, importance).")
+@router.post("/search", tags=["search"], response_model=SearchOut,
+             summary="Hybrid search with score parts (vector, full text, recency, importance).")
 async def search_memory(caller: CallerDep, body: SearchBody) -> dict[str, Any]:
     hits = await caller.memory.search(body.query, caller.scope, types=body.types, k=body.k, budget_tokens=body.budget_tokens,
                                       since=body.since, until=body.until, tags=body.tags, include_inactive=body.include_inactive,
                                       replies=body.replies, exclude=body.exclude)
-    return {"hits": [hit_json(h) for h in hits], "tokens": sum(h.tokens for h in hits)}
+    out = [hit_json(h, caller.memory.tokenizer.count) for h in hits]
+    return {"hits": out, "tokens": sum(h["tokens"] for h in out)}
 
 
 # --- messages and chat -------------------------------------------------------------------------
 
+class TextPart(Strict):
+    """One part of an OpenAI-style message's content (only text parts are kept in memory)."""
+
+    type: Literal["text"] = "text"
+    text: str = Field(max_length=100_000)
+
+
 class MessageIn(Strict):
+    """One conversation turn: `{"role", "text"}`, or OpenAI-style `{"role", "content"}`."""
+
     role: Literal["user", "assistant"] = "user"
-    text: str = Field(min_length=1, max_length=100_000)
+    text: str | None = Field(None, min_length=1, max_length=100_000, description="What was said.")
+    content: str | list[TextPart] | None = Field(
+        None, description="What was said, as OpenAI's chat messages carry it: a string or a list of text parts "
+                          "(send `text` or `content`, not both).")
     id: str | None = Field(None, max_length=128, description="The message's own id, kept as provenance.")
     timestamp: datetime | None = None
     importance: float = Field(0.5, ge=0, le=1)
 
+    @model_validator(mode="after")
+    def _one_text(self) -> MessageIn:
+        if (self.text is None) == (self.content is None):
+            raise ValueError("send the message as `text` or as `content` (one of them)")
+        if self.content is not None:
+            joined = self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
+            if not joined.strip() or len(joined) > 100_000:
+                raise ValueError("`content` must hold 1 to 100,000 characters of text")
+            self.text = joined
+        return self
+
+    @property
+    def said(self) -> str:
+        assert self.text is not None  # the validator sets it
+        return self.text
+
 
 class MessagesBody(Strict):
     session_id: str = Field("default", min_length=1, max_length=256)
-    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES)
+    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES, examples=[[
+        {"role": "user", "content": "I moved to Porto last month"}, {"role": "assistant", "content": "How do you like it?"}]])
+    extract: bool | None = Field(None, description="Extract memories from these turns with the memory manager, in the "
+                                                   "background (a job in /v1/jobs). Default: the server's setting, on "
+                                                   "when it runs with a model.")
 
 
-@router.post("/messages", tags=["conversation"], status_code=201,
-             summary="Record conversation turns (raw mode: stored in episodic memory and in the session's working context).")
+@router.post("/messages", tags=["conversation"], status_code=201, response_model=MessagesOut,
+             summary="Record conversation turns (stored in episodic memory and in the session's working context); "
+                     "with extraction on, the memory manager then extracts memories from them in the background.")
 async def post_messages(caller: CallerDep, body: MessagesBody) -> dict[str, Any]:
+    state = caller.state
+    model = state.extraction_model
+    extract = body.extract if body.extract is not None else state.config.extract and model is not None
+    if extract and model is None:
+        raise ApiError(409, "no_model", "this server has no model to extract memories with; start it with "
+                       "`memos serve --model provider:model`, or send \"extract\": false to record the turns only")
     scope = caller.session_scope(body.session_id)
-    async with caller.state.session_lock(scope):
+    async with state.session_lock(scope):
         session = await MemorySession.open(caller.memory, scope)
-        turns = [await session.record_turn(m.role, m.text, message_id=m.id, occurred_at=m.timestamp, importance=m.importance,
+        turns = [await session.record_turn(m.role, m.said, message_id=m.id, occurred_at=m.timestamp, importance=m.importance,
                                            actor=m.role)
                  for m in body.messages]
-    caller.state.bus.publish(scope, "turn", store="episodic", ids=[t.id for t in turns], session_id=body.session_id)
-    return {"session_id": body.session_id, "turns": [record_json(t) for t in turns]}
+    state.bus.publish(scope, "turn", store="episodic", ids=[t.id for t in turns], session_id=body.session_id)
+    job = state.extractions.start(caller.memory, scope, model, turns) if extract else None
+    return {"session_id": body.session_id, "turns": [record_json(t) for t in turns],
+            "extraction": {"job_id": job.job_id, "status": job.status} if job else None}
 
 
 class ChatBody(Strict):
@@ -205,7 +268,9 @@ class ChatBody(Strict):
     stream: bool = Field(False, description="Answer as server-sent events (started, heartbeats, reply, done).")
 
 
-@router.post("/chat", tags=["conversation"], summary="One chat turn through the memory agent (needs a model on the server).")
+@router.post("/chat", tags=["conversation"], response_model=ChatOut,
+             responses={200: {"content": {"text/event-stream": {}}, "description": "The reply; with `stream`, server-sent events."}},
+             summary="One chat turn through the memory agent (needs a model on the server).")
 async def chat(caller: CallerDep, body: ChatBody) -> Any:
     model = caller.state.config.model
     if model is None:
@@ -288,7 +353,7 @@ def _block_json(block: Any) -> dict[str, Any]:
             "limit": block.limit, "read_only": block.read_only, "record": record_json(block)}
 
 
-@router.get("/core", tags=["core"], summary="The core blocks of the caller's agent, with used/limit characters.")
+@router.get("/core", tags=["core"], response_model=BlocksOut, summary="The core blocks of the caller's agent, with used/limit characters.")
 async def core_blocks(caller: CallerDep) -> dict[str, Any]:
     return {"blocks": [_block_json(b) for b in await CoreMemory(caller.memory, caller.scope).blocks()]}
 
@@ -306,21 +371,21 @@ class CoreReplace(Strict):
     new: str = Field(max_length=100_000)
 
 
-@router.put("/core/{label}", tags=["core"], summary="Rewrite a core block.")
+@router.put("/core/{label}", tags=["core"], response_model=BlockOut, summary="Rewrite a core block.")
 async def core_rewrite(caller: CallerDep, label: str, body: CoreWrite) -> dict[str, Any]:
     block = await CoreMemory(caller.memory, caller.scope).rethink(label, body.value, actor=caller.actor)
     caller.state.bus.publish(caller.scope, "core", store="core", ids=[block.id])
     return _block_json(block)
 
 
-@router.post("/core/{label}/append", tags=["core"], summary="Append text to a core block.")
+@router.post("/core/{label}/append", tags=["core"], response_model=BlockOut, summary="Append text to a core block.")
 async def core_append(caller: CallerDep, label: str, body: CoreAppend) -> dict[str, Any]:
     block = await CoreMemory(caller.memory, caller.scope).append(label, body.text, actor=caller.actor)
     caller.state.bus.publish(caller.scope, "core", store="core", ids=[block.id])
     return _block_json(block)
 
 
-@router.post("/core/{label}/replace", tags=["core"], summary="Replace text inside a core block.")
+@router.post("/core/{label}/replace", tags=["core"], response_model=BlockOut, summary="Replace text inside a core block.")
 async def core_replace(caller: CallerDep, label: str, body: CoreReplace) -> dict[str, Any]:
     block = await CoreMemory(caller.memory, caller.scope).replace(label, body.old, body.new, actor=caller.actor)
     caller.state.bus.publish(caller.scope, "core", store="core", ids=[block.id])
@@ -329,7 +394,7 @@ async def core_replace(caller: CallerDep, label: str, body: CoreReplace) -> dict
 
 # --- vault ---------------------------------------------------------------------------------------
 
-@router.post("/vault/{record_id}/reveal", tags=["vault"],
+@router.post("/vault/{record_id}/reveal", tags=["vault"], response_model=Revealed,
              summary="Reveal a vault secret: needs a key with a clearance and an operator's approval (the admin key "
                      "in X-Memos-Approval); audited.")
 async def vault_reveal(caller: CallerDep, record_id: str,
@@ -349,7 +414,9 @@ async def vault_reveal(caller: CallerDep, record_id: str,
 
 # --- export, forget, jobs ------------------------------------------------------------------------
 
-@router.get("/export", tags=["portability"], summary="The caller's scope as memos-export/1 JSON lines (vault secrets stay ciphertext).")
+@router.get("/export", tags=["portability"], response_class=StreamingResponse,
+            responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}, "description": "memos-export/1 JSON lines."}},
+            summary="The caller's scope as memos-export/1 JSON lines (vault secrets stay ciphertext).")
 async def export(caller: CallerDep) -> StreamingResponse:
     lines = await export_scope(caller.memory, caller.scope)
 
@@ -361,7 +428,8 @@ async def export(caller: CallerDep) -> StreamingResponse:
                              headers={"Content-Disposition": f'attachment; filename="{caller.key.user_id}.memos.jsonl"'})
 
 
-@router.delete("/memory", tags=["portability"], summary="Forget the caller's user: every record, its history and session state.")
+@router.delete("/memory", tags=["portability"], response_model=ForgetOut,
+               summary="Forget the caller's user: every record, its history and session state.")
 async def forget(caller: CallerDep, confirm: Annotated[str, Query(description="The user id again, to confirm.")]) -> dict[str, Any]:
     if caller.key.agent_id is not None:
         raise ApiError(403, "agent_key", "this key is bound to one agent; forgetting a whole user needs a user-wide key")
@@ -372,8 +440,11 @@ async def forget(caller: CallerDep, confirm: Annotated[str, Query(description="T
     return {"forgotten": caller.key.user_id, "removed": removed}
 
 
-@router.get("/jobs", tags=["jobs"], summary="The newest background job outcomes (reflection, consolidation, decay) of this scope.")
+@router.get("/jobs", tags=["jobs"], response_model=JobsOut,
+            summary="The newest background job outcomes of this scope (extraction, reflection, consolidation, decay), "
+                    "then the extractions still running in this server process.")
 async def jobs(caller: CallerDep, limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 20) -> dict[str, Any]:
     from memos.jobs.runs import job_history
 
-    return {"jobs": await job_history(caller.memory, caller.scope, limit=limit)}
+    history = await job_history(caller.memory, caller.scope, limit=limit)
+    return {"jobs": with_running(history, caller.state.extractions.running(caller.scope))}

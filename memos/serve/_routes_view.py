@@ -1,4 +1,5 @@
-"""What the web view reads (`/v1/stores`, `/v1/timeline`, `/v1/context`, `/v1/graph`, `/v1/events`) and the view itself (`/ui`).
+"""What the web view reads (`/v1/stores`, `/v1/timeline`, `/v1/context`, `/v1/graph`, `/v1/events`), the view itself (`/ui`)
+and the API reference (`/docs`, rendered in the browser from `/openapi.json` by the package's own page).
 
 All of it is the caller's scope through the facade, like the rest of the API: the view is
 one more client, holding its API key in the browser tab (never in a URL sent to the server).
@@ -17,6 +18,7 @@ from memos.context.session import MemorySession
 from ._routes_memory import record_json
 from .deps import CallerDep
 from .events import sse_lines
+from .schemas import ERRORS, ContextOut, GraphOut, StoresOut, TimelineOut
 from .tenancy import RECHECK_SECONDS
 
 __all__ = ["GRAPH_TYPES", "STATIC", "router"]
@@ -26,10 +28,10 @@ GRAPH_TYPES = ("entity", "relation")
 """The stores the graph panel draws, when the store has them (the entity-graph memory types)."""
 _TURN_TAG = "turn"
 
-router = APIRouter()
+router = APIRouter(responses=ERRORS)
 
 
-@router.get("/v1/stores", tags=["view"], summary="Every store with its record count and fields.")
+@router.get("/v1/stores", tags=["view"], response_model=StoresOut, summary="Every store with its record count and fields.")
 async def stores(caller: CallerDep) -> dict[str, Any]:
     memory = caller.memory
     counts = await memory.counts(caller.scope)
@@ -41,7 +43,8 @@ async def stores(caller: CallerDep) -> dict[str, Any]:
     return {"user_id": caller.key.user_id, "agent_id": caller.key.agent_id, "stores": out}
 
 
-@router.get("/v1/timeline", tags=["view"], summary="The newest conversation turns and the records made from them (provenance).")
+@router.get("/v1/timeline", tags=["view"], response_model=TimelineOut,
+            summary="The newest conversation turns and the records made from them (provenance).")
 async def timeline(caller: CallerDep, session_id: Annotated[str | None, Query(max_length=256)] = None,
                    limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
     memory = caller.memory
@@ -60,7 +63,8 @@ async def timeline(caller: CallerDep, session_id: Annotated[str | None, Query(ma
     return {"turns": [{**record_json(t), "produced": produced.get(t.id, [])} for t in turns]}
 
 
-@router.get("/v1/context", tags=["view"], summary="The compiled context of a session's current step, tokens per section.")
+@router.get("/v1/context", tags=["view"], response_model=ContextOut,
+            summary="The compiled context of a session's current step, tokens per section.")
 async def context(caller: CallerDep, session_id: Annotated[str, Query(min_length=1, max_length=256)] = "default",
                   budget: Annotated[int, Query(ge=256, le=200_000)] = 4_000) -> dict[str, Any]:
     scope = caller.session_scope(session_id)
@@ -74,7 +78,8 @@ async def context(caller: CallerDep, session_id: Annotated[str, Query(min_length
             "system_prompt": ctx.system_prompt}
 
 
-@router.get("/v1/graph", tags=["view"], summary="The entity graph (entities and relations), when the store has those types.")
+@router.get("/v1/graph", tags=["view"], response_model=GraphOut,
+            summary="The entity graph (entities and relations), when the store has those types.")
 async def graph(caller: CallerDep, limit: Annotated[int, Query(ge=1, le=2_000)] = 300) -> dict[str, Any]:
     memory = caller.memory
     if not all(t in memory.types for t in GRAPH_TYPES):
@@ -96,7 +101,9 @@ def _first(record: Any, *fields: str) -> Any:
     return None
 
 
-@router.get("/v1/events", tags=["view"], summary="Server-sent events: every write to the caller's scope made through this server "
+@router.get("/v1/events", tags=["view"], response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "Change events."}},
+            summary="Server-sent events: every write to the caller's scope made through this server "
             "(a revoked key's stream ends with a 'revoked' event within seconds).")
 async def events(caller: CallerDep) -> StreamingResponse:
     changes = caller.state.bus.stream(caller.scope, alive=caller.key_valid, check_every=RECHECK_SECONDS)
@@ -112,6 +119,12 @@ async def root() -> RedirectResponse:
 @router.get("/ui", include_in_schema=False)
 async def ui() -> FileResponse:
     return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+
+@router.get("/docs", include_in_schema=False)
+async def docs() -> FileResponse:
+    """The API reference: a page of this package that renders /openapi.json, with a form to try each call."""
+    return FileResponse(STATIC / "docs.html", headers={"Cache-Control": "no-store"})
 
 
 @router.get("/ui/{name}", include_in_schema=False)

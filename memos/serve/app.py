@@ -4,12 +4,14 @@
 first request, on the server's own event loop, since LanceDB handles belong to the loop that
 opened them). Every `/v1` route acts in the scope of the caller's API key (`Caller`); `/admin`
 routes need the admin key; `/ui` is the web view; `/mcp` serves the same memory to MCP clients
-(`mcp_http`); `/openapi.json` describes it all.
+(`mcp_http`); `/openapi.json` describes it all and `/docs` renders that.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,6 +22,7 @@ from starlette.types import Scope as AsgiScope
 from .deps import Caller, ServeConfig, ServerState, get_caller, get_state, require_admin
 from .errors import error_body, install_error_handlers
 from .mcp_http import MCP_PATH, McpEndpoint
+from .schemas import HealthOut
 
 __all__ = ["BodyLimit", "Caller", "ServeConfig", "ServerState", "create_app", "get_caller", "get_state", "require_admin"]
 
@@ -77,6 +80,18 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
+DRAIN_SECONDS = 30.0
+"""How long a stopping server waits for running extraction jobs (the rest are recorded as failed)."""
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async with app.state.mcp.running(app):
+        yield
+        state: ServerState = app.state.memos
+        await state.extractions.drain(DRAIN_SECONDS)
+
+
 def create_app(config: ServeConfig | None = None) -> FastAPI:
     """The memos HTTP API and web view over one store."""
     from . import _routes_admin, _routes_facade, _routes_memory, _routes_view
@@ -88,10 +103,11 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
         summary="An operating-system-style memory for LLM agents, served: typed stores, search, core blocks, chat.",
         description="Every /v1 call acts in the scope of its API key (`Authorization: Bearer <key>`). "
                     "Errors are JSON: {\"error\": {\"type\", \"message\"}}; the message says what to fix.",
-        docs_url=None, redoc_url=None,  # their pages load scripts from a CDN; the schema is at /openapi.json
-        lifespan=mcp.running,
+        docs_url=None, redoc_url=None,  # their pages load scripts from a CDN: /docs is the package's own page
+        lifespan=_lifespan,
     )
     app.state.memos = ServerState(config)
+    app.state.mcp = mcp
     install_error_handlers(app)
     app.include_router(_routes_memory.router)
     app.include_router(_routes_facade.router)
@@ -100,7 +116,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     app.router.routes.append(Route(MCP_PATH, mcp, include_in_schema=False))  # an ASGI app: MCP over streamable HTTP, any method
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
 
-    @app.get("/healthz", tags=["server"], summary="Liveness: the store opens and answers.")
+    @app.get("/healthz", tags=["server"], response_model=HealthOut, summary="Liveness: the store opens and answers.")
     async def healthz(request: Request) -> dict[str, Any]:
         memory, _ = await get_state(request).ready()
         return {"ok": True, "stores": memory.type_names}

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from memos.exceptions import InvalidFilterError, ScopeError
 from memos.memory import MemoryOS
@@ -19,6 +20,7 @@ from memos.store.scope import Scope
 
 from .errors import ApiError
 from .events import EventBus
+from .extraction import Extractions
 from .tenancy import RECHECK_SECONDS, ApiKey, Tenants, check_admin, hash_token
 
 __all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "SCOPE_HEADER", "ServeConfig", "ServerState", "get_caller", "get_state",
@@ -39,6 +41,14 @@ class ServeConfig:
     """Key for `/admin` (tenant management) and for approving vault reveals; None: both disabled."""
     model: Any = None
     """The chat model (pydantic-ai model or model string) for `/v1/chat`; None: chat is off."""
+    manager_model: Any = None
+    """The memory manager's model, which extracts memories from posted messages; None: `model`."""
+    extract: bool = True
+    """Whether `POST /v1/messages` extracts memories from its turns when a request does not say
+    (`memos.serve.extraction`); there is nothing to extract with when the server has no model."""
+    extract_attempts: int = 3
+    extract_backoff: float = 1.0
+    """Seconds before an extraction that failed is tried again (doubling each time)."""
     storage_options: dict[str, str] | None = None
     vault_key_file: Path | None = None
     max_body_bytes: int = MAX_BODY_BYTES
@@ -54,8 +64,17 @@ class ServerState:
     memory: MemoryOS | None = None
     tenants: Tenants | None = None
     bus: EventBus = field(default_factory=EventBus)
+    extractions: Extractions = field(init=False)
     _opening: asyncio.Lock | None = None
     _sessions: dict[Scope, asyncio.Lock] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.extractions = Extractions(attempts=self.config.extract_attempts, backoff=self.config.extract_backoff)
+
+    @property
+    def extraction_model(self) -> Any:
+        """The model that extracts memories from posted messages (None: extraction is off)."""
+        return self.config.manager_model if self.config.manager_model is not None else self.config.model
 
     async def ready(self) -> tuple[MemoryOS, Tenants]:
         """The open memory and tenants (the store is opened by the first request that needs it)."""
@@ -74,6 +93,12 @@ class ServerState:
     def session_lock(self, scope: Scope) -> asyncio.Lock:
         """One lock per conversation: its turns are recorded and its context compiled one at a time."""
         return self._sessions.setdefault(scope, asyncio.Lock())
+
+
+BEARER = HTTPBearer(scheme_name="bearer", auto_error=False, bearerFormat="API key",
+                    description="An API key (`memos keys create`, POST /admin/keys); the admin key for /admin routes.")
+"""The security scheme the schema declares; the key is read by `_token` (which also takes X-API-Key)."""
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
 
 
 def get_state(request: Request) -> ServerState:
@@ -117,7 +142,7 @@ class Caller:
         return await self.state.tenants.lookup(self.digest, max_age=RECHECK_SECONDS) is not None
 
 
-async def get_caller(request: Request) -> Caller:
+async def get_caller(request: Request, _: Credentials = None) -> Caller:
     state = get_state(request)
     token = _token(request)
     if token is None:
@@ -156,7 +181,7 @@ def narrowed_scope(key: ApiKey, header: str | None) -> Scope | None:
     return scope
 
 
-async def require_admin(request: Request) -> ServerState:
+async def require_admin(request: Request, _: Credentials = None) -> ServerState:
     state = get_state(request)
     if not state.config.admin_key:
         raise ApiError(403, "admin_disabled", "this server has no admin key; start it with --admin-key or MEMOS_ADMIN_KEY")

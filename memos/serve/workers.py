@@ -18,5 +18,6 @@ def app_from_env() -> FastAPI:
     return create_app(ServeConfig(
         uri=os.environ["MEMOS_SERVE_DB"], embedder=None if embedder.lower() == "none" else embedder,
         admin_key=os.environ.get("MEMOS_ADMIN_KEY") or None, model=os.environ.get("MEMOS_SERVE_MODEL") or None,
+        extract=os.environ.get("MEMOS_SERVE_EXTRACT", "1") != "0",
         storage_options=json.loads(os.environ.get("MEMOS_SERVE_OPTIONS") or "{}") or None,
     ))
