@@ -19,13 +19,14 @@ from memos.store.history import HistoryEntry
 
 from ._routes_memory import MAX_LIST, MAX_MESSAGES, Strict, new_record, record_json
 from .deps import CallerDep
+from .schemas import ERRORS, AuditOut, IngestOut, RecordsOut
 
 __all__ = ["MAX_RECORDS", "history_json", "router"]
 
 MAX_RECORDS = 1_000
 """The most records one `POST /v1/records` takes (the body limit applies too)."""
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", responses=ERRORS)
 
 
 class RecordIn(Strict):
@@ -37,7 +38,7 @@ class RecordsBody(Strict):
     records: list[RecordIn] = Field(min_length=1, max_length=MAX_RECORDS)
 
 
-@router.post("/records", tags=["records"], status_code=201,
+@router.post("/records", tags=["records"], status_code=201, response_model=RecordsOut,
              summary="Add records of one or several stores in one write (all are stored, or none).")
 async def add_records(caller: CallerDep, body: RecordsBody) -> dict[str, Any]:
     records = [new_record(caller.memory, item.store, item.fields) for item in body.records]
@@ -53,7 +54,7 @@ class IngestBody(Strict):
     previous_id: str | None = Field(None, max_length=128, description="The turn before the first (its words help find it).")
 
 
-@router.post("/ingest", tags=["conversation"], status_code=201,
+@router.post("/ingest", tags=["conversation"], status_code=201, response_model=IngestOut,
              summary="Store conversation turns as episodic records (raw mode, as MemoryOS.ingest; no session context).")
 async def ingest(caller: CallerDep, body: IngestBody) -> dict[str, Any]:
     memory = caller.memory
@@ -70,7 +71,7 @@ def history_json(entry: HistoryEntry) -> dict[str, Any]:
             "session_id": entry.session_id, "before": entry.before, "after": entry.after, "note": entry.note}
 
 
-@router.get("/audit", tags=["records"], summary="Whole audit entries of the caller's scope (or of one record in it), oldest first.")
+@router.get("/audit", tags=["records"], response_model=AuditOut, summary="Whole audit entries of the caller's scope (or of one record in it), oldest first.")
 async def audit(caller: CallerDep, record_id: Annotated[str | None, Query(max_length=128)] = None,
                 limit: Annotated[int | None, Query(ge=1, le=100 * MAX_LIST)] = None) -> dict[str, Any]:
     entries = await caller.memory.history(caller.scope, record_id, limit=limit)

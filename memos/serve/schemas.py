@@ -13,9 +13,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "BlockOut", "BlocksOut", "ChatOut", "ContextOut", "ContextSummary", "Deleted", "ERRORS", "ErrorDetail", "ErrorOut",
+    "AuditEntryOut", "AuditOut", "BlockOut", "BlocksOut", "ChatOut", "ContextOut", "ContextSummary", "Deleted", "ERRORS", "ErrorDetail", "ErrorOut",
     "ExtractionRef", "ForgetOut", "GraphEdge", "GraphNode", "GraphOut", "HealthOut", "HistoryEntryOut", "HistoryOut", "HitOut",
-    "JobOut", "JobsOut", "KeyOut", "KeysOut", "MessagesOut", "NewKeyOut", "PagedIn", "Produced", "RecordList", "RecordOut",
+    "IngestOut", "JobOut", "JobsOut", "KeyOut", "KeysOut", "MessagesOut", "NewKeyOut", "PagedIn", "Produced", "RecordList", "RecordOut", "RecordsOut",
     "Revealed", "Revoked", "SearchOut", "StoreInfo", "StoresOut", "TimelineOut", "TurnOut",
 ]
 
@@ -153,6 +153,42 @@ class BlockOut(BaseModel):
     used: int = Field(description="Characters used.")
     limit: int = Field(description="Characters allowed.")
     read_only: bool
+    record: RecordOut | None = Field(None, description="The block's whole record (what memos.Client rebuilds).")
+
+
+class RecordsOut(BaseModel):
+    """The records one write stored, in the order given."""
+
+    records: list[RecordOut]
+
+
+class IngestOut(BaseModel):
+    """The turns an ingest stored, as episodic records."""
+
+    episodes: list[RecordOut]
+
+
+class AuditEntryOut(BaseModel):
+    """A whole audit entry: the record's scope and its redacted before/after."""
+
+    id: str
+    at: str
+    op: str
+    memory_type: str
+    record_id: str
+    actor: str
+    user_id: str
+    agent_id: str
+    session_id: str
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    note: str | None = None
+
+
+class AuditOut(BaseModel):
+    """Whole audit entries, oldest first."""
+
+    entries: list[AuditEntryOut]
 
 
 class BlocksOut(BaseModel):
