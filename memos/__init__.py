@@ -34,6 +34,7 @@ from .exceptions import (  # noqa: E402
     InvalidRecordError,
     MemoryOSError,
     MemosError,
+    OverloadedError,
     RecordChangedError,
     RecordNotFoundError,
     StoreFullError,
@@ -46,6 +47,7 @@ from .exceptions import (  # noqa: E402
 _LAZY = {
     "Message": ".ingest", "MemoryOS": ".memory", "ScopedMemory": ".memory", "Hit": ".retrieval.ranking",
     "RankingPolicy": ".retrieval.ranking", "HistoryEntry": ".store.history", "Tokenizer": ".tokens", "tokenizer_for": ".tokens",
+    "QueueLimits": ".batching",
 }
 
 
@@ -76,6 +78,8 @@ __all__ = [
     "MemoryOSError",
     "MemosError",
     "Message",
+    "OverloadedError",
+    "QueueLimits",
     "RankingPolicy",
     "RecordChangedError",
     "RecordNotFoundError",

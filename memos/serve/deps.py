@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
+from memos.batching import QueueLimits
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 
@@ -19,9 +20,12 @@ from .errors import ApiError
 from .events import EventBus
 from .tenancy import RECHECK_SECONDS, ApiKey, Tenants, check_admin, hash_token
 
-__all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "ServeConfig", "ServerState", "get_caller", "get_state", "require_admin"]
+__all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "MAX_PENDING", "ServeConfig", "ServerState", "get_caller", "get_state", "require_admin"]
 
 
+MAX_PENDING = 256
+"""Adds, and searches, a server process lets wait at once before it answers 503: a few batches'
+worth, so a caller waits at most a few commits instead of ever longer."""
 MAX_BODY_BYTES = 1_000_000
 """Largest request body accepted (413 past it): bigger documents go in several resource records."""
 
@@ -41,6 +45,9 @@ class ServeConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     memory: MemoryOS | None = None
     """An already open memory (tests, embedding the app in a program): must live on the server's loop."""
+    max_pending: int = MAX_PENDING
+    """Adds, and searches, that may wait at once; a request past that is answered 503 with a
+    Retry-After header, nothing of it taken (`memos.batching.QueueLimits`)."""
 
 
 @dataclass
@@ -64,6 +71,7 @@ class ServerState:
                     c = self.config
                     self.memory = c.memory or await MemoryOS.open(c.uri, embedder=c.embedder, storage_options=c.storage_options,
                                                                   vault_key_file=c.vault_key_file)
+                    self.memory.limits = QueueLimits(max_pending=c.max_pending, when_full="raise")
                     self.tenants = Tenants(self.memory)
         assert self.tenants is not None
         return self.memory, self.tenants
