@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from .exceptions import ConfigError, OverloadedError
 
@@ -30,7 +30,7 @@ __all__ = ["Admission", "Coalescer", "Outcome", "QueueLimits"]
 I = TypeVar("I")  # noqa: E741 - an item
 O = TypeVar("O")  # noqa: E741 - its outcome
 
-Outcome = O | BaseException
+Outcome: TypeAlias = O | BaseException
 """What a batch gives back for one item: its result, or the error that fails that caller only."""
 
 
@@ -188,6 +188,6 @@ class Coalescer(Generic[I, O]):
             queue.waiting = []
 
 
-def _retrieved(future: asyncio.Future[object]) -> None:
+def _retrieved(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()

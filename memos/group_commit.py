@@ -18,18 +18,18 @@ the others' rows stay committed and audited (as `add` does for one call's severa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .batching import Coalescer, Outcome
+from .batching import Coalescer, Outcome, QueueLimits
 from .exceptions import DuplicateIdError
 from .memtypes import MemoryRecord
 from .store.scope import Scope, Where
 from .telemetry import span
 
 if TYPE_CHECKING:
-    from .records import RecordAccess
+    from .store.lancedb.storage import Storage
 
 __all__ = ["AddJob", "GroupCommit"]
 
@@ -52,11 +52,15 @@ class AddJob:
 
 
 class GroupCommit:
-    """The add queue of one open memory (`RecordAccess.group`)."""
+    """The add queue of one open memory (`RecordAccess.group`): its store, and from the memory how
+    it embeds texts, makes a store's rows and makes history rows."""
 
-    def __init__(self, memory: RecordAccess) -> None:
-        self.memory = memory
-        self.queue: Coalescer[AddJob, None] = Coalescer("add", self._commit, lambda: memory.limits)
+    def __init__(self, storage: Storage, vectors: Callable[[list[str]], Awaitable[list[list[float] | None]]],
+                 rows: Callable[[str, Sequence[MemoryRecord], Sequence[list[float] | None]], list[dict[str, Any]]],
+                 history_rows: Callable[..., list[dict[str, Any]]], limits: Callable[[], QueueLimits]) -> None:
+        self.storage = storage
+        self.vectors, self.rows, self.history_rows = vectors, rows, history_rows
+        self.queue: Coalescer[AddJob, None] = Coalescer("add", self._commit, limits)
         """Its batches and calls are counted (`Coalescer.batches`, `.calls`)."""
 
     async def add(self, job: AddJob) -> None:
@@ -84,9 +88,9 @@ class GroupCommit:
         wanted = [i for job, outcome in zip(jobs, outcomes, strict=True) if outcome is None for i in job.explicit]
         used: set[str] = set()
         for start in range(0, len(wanted), 1000):
-            for name in self.memory.storage.memory_types():
+            for name in self.storage.memory_types():
                 where = Where().id_in(wanted[start : start + 1000]).build()
-                used.update(r["id"] for r in await self.memory.storage.rows(name, where, columns=["id"]))
+                used.update(r["id"] for r in await self.storage.rows(name, where, columns=["id"]))
         for index, job in enumerate(jobs):
             if outcomes[index] is None and (clash := next((i for i in job.explicit if i in used), None)):
                 outcomes[index] = DuplicateIdError(clash)
@@ -103,7 +107,7 @@ class GroupCommit:
         if not missing:
             return known
         try:
-            known.update(zip(missing, await self.memory._vectors(missing), strict=True))
+            known.update(zip(missing, await self.vectors(missing), strict=True))
             return known
         except Exception as exc:
             if sum(o is None for o in outcomes) == 1:
@@ -113,7 +117,7 @@ class GroupCommit:
             own = [t for t in dict.fromkeys(job.texts()) if t not in known]
             if outcomes[index] is None and own:
                 try:
-                    known.update(zip(own, await self.memory._vectors(own), strict=True))
+                    known.update(zip(own, await self.vectors(own), strict=True))
                 except Exception as exc:  # this caller's texts only: its add fails, the others go on
                     outcomes[index] = exc
         return known
@@ -121,7 +125,7 @@ class GroupCommit:
     async def _write(self, jobs: list[AddJob], vectors: dict[str, list[float] | None], live: list[int],
                      outcomes: list[BaseException | None]) -> None:
         """Each store's rows in one commit, their shared rows in one, then every history row in one."""
-        memory, storage = self.memory, self.memory.storage
+        storage = self.storage
         by_store: dict[str, list[MemoryRecord]] = {}
         for job in jobs:
             for name, group in job.records.items():
@@ -129,7 +133,7 @@ class GroupCommit:
 
         async def write(name: str, group: list[MemoryRecord]) -> None:
             with span("memos.add", memory_type=name, records=len(group), callers=len(jobs)):
-                await storage.add_rows(name, memory._rows(name, group, [vectors[r.index_text()] for r in group]))
+                await storage.add_rows(name, self.rows(name, group, [vectors[r.index_text()] for r in group]))
 
         mirror = storage.search.gathering()
         with mirror:  # the stores' commits overlap (one table each); all have ended before the audit
@@ -137,7 +141,7 @@ class GroupCommit:
         failed = {name: outcome for name, outcome in zip(by_store, written, strict=True) if isinstance(outcome, BaseException)}
         history: list[dict[str, Any]] = []
         for job in jobs:  # the stores that committed are audited (and mirrored) even when another one failed
-            history += memory._history_rows([r for name, group in job.records.items() if name not in failed for r in group],
+            history += self.history_rows([r for name, group in job.records.items() if name not in failed for r in group],
                                             "add", job.actor, before=None)
         audited, _ = await asyncio.gather(storage.append_history(history), mirror.flush(), return_exceptions=True)
         for index, job in zip(live, jobs, strict=True):

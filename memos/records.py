@@ -22,11 +22,11 @@ from memos.store.lancedb.storage import Storage
 from memos.store.scope import Scope, Where, validate_record_id, validate_value
 
 from . import validation as check
-from .batching import Admission, QueueLimits
-from .group_commit import AddJob, GroupCommit
 from ._sync import check_sync_twins, sync_twin
+from .batching import Admission, QueueLimits
 from .embeddings import TextEmbedder
 from .exceptions import DuplicateIdError, InvalidRecordError, RecordChangedError, RecordNotFoundError
+from .group_commit import AddJob, GroupCommit
 from .memtypes import MemoryRecord
 from .telemetry import span
 from .time_bounds import shift
@@ -75,7 +75,7 @@ class RecordAccess:
     @functools.cached_property
     def group(self) -> GroupCommit:
         """The add queue: concurrent adds embedded and committed together (`memos.group_commit`)."""
-        return GroupCommit(self)
+        return GroupCommit(self.storage, self._vectors, self._rows, self._history_rows, lambda: self.limits)
 
     @functools.cached_property
     def searches(self) -> Admission:

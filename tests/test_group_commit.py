@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
-import pytest
+from memos.memtypes import Episode, Fact
 
 from memos import MemoryOS, Scope
 from memos.bench.serve import ServerProcess
 from memos.embeddings import TextEmbedder
 from memos.exceptions import DuplicateIdError
-from memos.memtypes import Episode, Fact
 
 ANN, BOB = Scope("ann", "helper"), Scope("bob", "helper")
 
