@@ -72,6 +72,9 @@ class ServerState:
                     self.memory = c.memory or await MemoryOS.open(c.uri, embedder=c.embedder, storage_options=c.storage_options,
                                                                   vault_key_file=c.vault_key_file)
                     self.memory.limits = QueueLimits(max_pending=c.max_pending, when_full="raise")
+                    embedder = self.memory.embedder
+                    if embedder is not None and embedder.name.startswith("local:"):  # its weights load now, not in a request
+                        await embedder.embed_query("warm up")
                     self.tenants = Tenants(self.memory)
         assert self.tenants is not None
         return self.memory, self.tenants
