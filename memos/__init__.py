@@ -34,6 +34,7 @@ from .exceptions import (  # noqa: E402
     InvalidRecordError,
     MemoryOSError,
     MemosError,
+    OverloadedError,
     RecordChangedError,
     RecordNotFoundError,
     ScopeError,
@@ -48,6 +49,7 @@ _LAZY = {
     "Message": ".ingest", "MemoryOS": ".memory", "ScopedMemory": ".memory", "Hit": ".retrieval.ranking",
     "RankingPolicy": ".retrieval.ranking", "HistoryEntry": ".store.history", "Tokenizer": ".tokens", "tokenizer_for": ".tokens",
     "Client": ".client.sync", "AsyncClient": ".client.async_",
+    "QueueLimits": ".batching",
 }
 
 
@@ -80,6 +82,8 @@ __all__ = [
     "MemoryOSError",
     "MemosError",
     "Message",
+    "OverloadedError",
+    "QueueLimits",
     "RankingPolicy",
     "RecordChangedError",
     "RecordNotFoundError",

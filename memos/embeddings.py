@@ -25,10 +25,12 @@ import importlib.util
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .batching import Coalescer, Outcome
 from .embed_requests import RequestPolicy, embed_in_batches
 from .exceptions import ConfigError
 
@@ -95,10 +97,31 @@ class TextEmbedder:
 
         return await embed_in_batches(call, texts, self.batch_size, self.requests, name=self.name)
 
+    _queries: Coalescer[str, list[float]] | None = field(default=None, init=False, repr=False, compare=False)
+
     async def embed_query(self, text: str) -> list[float]:
-        """The vector for a search query."""
-        result = await self.embedder.embed_query(text)
-        return self._checked(result.embeddings[0])
+        """The vector for a search query. Queries asked at the same time (concurrent searches)
+        are embedded in one call (`memos.batching.Coalescer`)."""
+        if self._queries is None:
+            self._queries = Coalescer("query embedding", self.embed_queries)
+        return await self._queries.submit(text)
+
+    async def embed_queries(self, texts: list[str]) -> list[Outcome[list[float]]]:
+        """Vectors for several search queries in one call; if that call fails, each query is
+        asked alone, so one the embedder refuses fails its own search only."""
+        try:
+            result = await self.embedder.embed_query(texts if len(texts) > 1 else texts[0])
+            return [self._checked(v) for v in result.embeddings]
+        except Exception as exc:
+            if len(texts) == 1:
+                return [exc]
+        outcomes: list[Outcome[list[float]]] = []
+        for text in texts:
+            try:
+                outcomes.append(self._checked((await self.embedder.embed_query(text)).embeddings[0]))
+            except Exception as exc:  # this query's search fails; the others have their vectors
+                outcomes.append(exc)
+        return outcomes
 
     def _checked(self, vector: Any) -> list[float]:
         vector = list(vector)
@@ -211,8 +234,8 @@ class _LocalEncoder:
     async def embed_documents(self, texts: list[str]) -> _Vectors:
         return _Vectors(await asyncio.to_thread(self._encode, list(texts)))
 
-    async def embed_query(self, text: str) -> _Vectors:
-        return _Vectors(await asyncio.to_thread(self._encode, [text]))
+    async def embed_query(self, text: str | Sequence[str]) -> _Vectors:
+        return _Vectors(await asyncio.to_thread(self._encode, [text] if isinstance(text, str) else list(text)))
 
 
 @dataclass(frozen=True)
@@ -269,8 +292,8 @@ class _E5Encoder:
     async def embed_documents(self, texts: list[str]) -> _Vectors:
         return _Vectors(await asyncio.to_thread(self._run, "passage", list(texts)))
 
-    async def embed_query(self, text: str) -> _Vectors:
-        return _Vectors(await asyncio.to_thread(self._run, "query", [text]))
+    async def embed_query(self, text: str | Sequence[str]) -> _Vectors:
+        return _Vectors(await asyncio.to_thread(self._run, "query", [text] if isinstance(text, str) else list(text)))
 
 
 def multilingual_embedder() -> TextEmbedder:

@@ -14,6 +14,7 @@ The hierarchy has three branches, one per audience::
     │   ├── StoreUnavailableError     the store cannot be opened, read or written (the message says why and what to do)
     │   │   └── StoreFullError        the disk holding the store is full
     │   ├── EmbedderUnavailableError  a remote embedder kept failing (rate limit, server error) past its retries
+    │   ├── OverloadedError           too many calls wait already (`memos.batching.QueueLimits`); retry after a moment
     │   ├── RecordChangedError        a record changed or vanished between its read and a conditional write
     │   ├── RecordNotFoundError
     │   ├── BudgetError               a token budget that cannot be met
@@ -43,6 +44,7 @@ __all__ = [
     "InvalidRecordError",
     "MemoryOSError",
     "MemosError",
+    "OverloadedError",
     "ReadOnlyBlockError",
     "RecordChangedError",
     "RecordNotFoundError",
@@ -115,6 +117,18 @@ class StoreUnavailableError(MemoryOSError):
 class EmbedderUnavailableError(MemoryOSError):
     """A remote embedder answered with rate limits, server errors or no connection past its
     retries: nothing of the call that needed its vectors was stored."""
+
+
+class OverloadedError(MemoryOSError):
+    """Too many calls wait on this memory already (`memos.batching.QueueLimits.max_pending`, with
+    `when_full="raise"`): nothing of the call was taken; try again after `retry_after` seconds."""
+
+    def __init__(self, what: str, pending: int, retry_after: float) -> None:
+        self.what = what
+        self.pending = pending
+        self.retry_after = retry_after
+        super().__init__(f"{pending} {what} calls are waiting already; nothing of this one was taken: "
+                         f"retry in {retry_after:g} s (or raise QueueLimits.max_pending)")
 
 
 class StoreFullError(StoreUnavailableError):

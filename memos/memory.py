@@ -327,7 +327,7 @@ class MemoryOS(KernelServices):
             exclude=frozenset(exclude),
         )
         with span("memos.search", user_id=scope.user_id, stores=len(names), k=k, budget_tokens=budget_tokens) as current:
-            hits = await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)
+            hits = await self.searches.run(search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count))
             current.set_attribute("hits", len(hits))
         for hit in hits:
             hit.record = self._redact(hit.record)  # ciphertext never leaves the kernel either

@@ -7,6 +7,7 @@ embedder, the registered types, the clock)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,8 +23,10 @@ from memos.store.scope import Scope, Where, validate_record_id, validate_value
 
 from . import validation as check
 from ._sync import check_sync_twins, sync_twin
+from .batching import Admission, QueueLimits
 from .embeddings import TextEmbedder
 from .exceptions import DuplicateIdError, InvalidRecordError, RecordChangedError, RecordNotFoundError
+from .group_commit import AddJob, GroupCommit
 from .memtypes import MemoryRecord
 from .telemetry import span
 from .time_bounds import shift
@@ -62,8 +65,22 @@ class RecordAccess:
     entity_links: bool
     _drawn: set[str]
 
+    limits: QueueLimits = QueueLimits()
+    """How many adds, and searches, may wait at once, and what a caller past that meets
+    (`memos.batching`; `memos serve` raises `OverloadedError`, answered 503)."""
+
     if TYPE_CHECKING:  # declared for the checker; `MemoryOS` defines it
         def record_type(self, ref: TypeRef) -> type[MemoryRecord]: ...
+
+    @functools.cached_property
+    def group(self) -> GroupCommit:
+        """The add queue: concurrent adds embedded and committed together (`memos.group_commit`)."""
+        return GroupCommit(self.storage, self._vectors, self._rows, self._history_rows, lambda: self.limits)
+
+    @functools.cached_property
+    def searches(self) -> Admission:
+        """The bound on searches in progress (`limits`)."""
+        return Admission("search", lambda: self.limits)
 
     async def _add(self, scope: Scope, records: R | Iterable[R], *, actor: str, behind: bool = False,
                    vectors: Mapping[str, list[float] | None] | None = None) -> list[R]:
@@ -77,7 +94,7 @@ class RecordAccess:
         for record in items:
             self.record_type(type(record))
             check.check_secret_not_exposed(record, {f: getattr(record, f) for f in record.secret_fields})
-        await self._check_ids_free(items)
+        explicit = await self._check_ids_free(items)
         now = self.clock()
         prepared: dict[str, list[R]] = {}
         for record in items:
@@ -88,6 +105,10 @@ class RecordAccess:
                     raise InvalidRecordError(f"record {record.id} has {field}={current!r} but is written in scope {scope}")
             stamped = self._revalidate(record, {**scope.stamp(), "created_at": now, "updated_at": now})
             prepared.setdefault(stamped.memory_type, []).append(self._seal(stamped))
+        if not behind:  # with the adds waiting beside it: one embedding call, one commit a table
+            await self.group.add(AddJob(scope, actor, prepared, dict(vectors or {}), explicit))
+            await self._scrub_sources(scope, items)
+            return [self._redact(r) for group in prepared.values() for r in group]
         # every text of the call embedded in one batch before anything is written: an embedder
         # failure leaves the stores as they were
         texts = [r.index_text() for group in prepared.values() for r in group]
@@ -121,14 +142,19 @@ class RecordAccess:
         for outcome in (*written, audited):
             if isinstance(outcome, BaseException):
                 raise outcome
+        await self._scrub_sources(scope, items)
+        return [self._redact(r) for group in prepared.values() for r in group]
+
+    async def _scrub_sources(self, scope: Scope, items: Sequence[MemoryRecord]) -> None:
+        """Secrets just sealed are scrubbed out of the records they were taken from (`Vault.scrub_sources`)."""
         for record in items:
             clear = [getattr(record, f) for f in record.secret_fields if getattr(record, f)]
             if clear and record.source_ids:
                 await self.vault.scrub_sources(scope, record, clear)
-        return [self._redact(r) for group in prepared.values() for r in group]
 
-    async def _check_ids_free(self, records: Sequence[MemoryRecord]) -> None:
-        """Ids set explicitly must be unused in every table (one `id IN (...)` query per table).
+    async def _check_ids_free(self, records: Sequence[MemoryRecord]) -> list[str]:
+        """Ids set explicitly must be unused in every table (one `id IN (...)` query per table);
+        returns them (the group commit checks them again against the adds before it).
 
         Ids left to `new_id()` are fresh uuid4s and are not looked up, so bulk ingest pays nothing."""
         explicit = [r.id for r in records if "id" in r.model_fields_set and r.id not in self._drawn]
@@ -141,6 +167,7 @@ class RecordAccess:
                 taken = await self.storage.rows(name, Where().id_in(chunk).build(), columns=["id"], limit=1)
                 if taken:
                     raise DuplicateIdError(taken[0]["id"])
+        return explicit
 
     def stamp(self, record: MemoryRecord) -> datetime:
         """The `updated_at` of a new version of `record`: now, and always later than the version

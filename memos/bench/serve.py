@@ -67,6 +67,8 @@ class ServerProcess:
     model: str | None = None
     log: Path | None = None
     """Where the server's stderr goes (appended; None: a pipe, read if it fails to start)."""
+    max_pending: int | None = None
+    """`memos serve --max-pending` (None: its default)."""
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -81,6 +83,8 @@ class ServerProcess:
             command += ["--storage-option", f"{key}={value}"]
         if self.model:
             command += ["--model", self.model]
+        if self.max_pending is not None:
+            command += ["--max-pending", str(self.max_pending)]
         env = {**os.environ, "MEMOS_ADMIN_KEY": self.admin_key, "LANCE_LOG": "error", "HF_HUB_OFFLINE": "1"}
         if self.log is None:
             self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -45,6 +45,7 @@ def serve(
     storage_option: StorageOpt = None,
     workers: Annotated[int, typer.Option(min=1, max=64, help="Server processes (spawned, sharing only the store).")] = 1,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+    max_pending: Annotated[int, typer.Option(min=1, help="Adds, and searches, that may wait at once in a process; past that: 503 + Retry-After.")] = 256,
 ) -> None:
     """Serve a store over HTTP: the /v1 API (OpenAPI at /openapi.json) and the web view at /ui."""
     try:
@@ -67,12 +68,13 @@ def serve(
         from memos.serve import ServeConfig, run
 
         run(ServeConfig(uri=str(db), embedder=embedder_choice(embedder), admin_key=admin_key, model=model, extract=extract,
-                        storage_options=options), host=host, port=port, log_level=log_level)
+                        storage_options=options, max_pending=max_pending), host=host, port=port, log_level=log_level)
         return
     # several processes: uvicorn spawns each worker, which builds its app from the environment
     os.environ.update({"MEMOS_SERVE_DB": str(db), "MEMOS_SERVE_EMBEDDER": embedder, "MEMOS_SERVE_MODEL": model or "",
                        "MEMOS_SERVE_EXTRACT": "1" if extract else "0",
-                       "MEMOS_SERVE_OPTIONS": __import__("json").dumps(options or {})})
+                       "MEMOS_SERVE_OPTIONS": __import__("json").dumps(options or {}),
+                       "MEMOS_SERVE_MAX_PENDING": str(max_pending)})
     if admin_key:
         os.environ["MEMOS_ADMIN_KEY"] = admin_key
     # a worker imports memos, LanceDB and the embedder before it answers the supervisor's ping:

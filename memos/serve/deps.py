@@ -15,6 +15,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from memos.exceptions import InvalidFilterError, ScopeError
+from memos.batching import QueueLimits
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 
@@ -23,10 +24,13 @@ from .events import EventBus
 from .extraction import Extractions
 from .tenancy import RECHECK_SECONDS, ApiKey, Tenants, check_admin, hash_token
 
-__all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "SCOPE_HEADER", "ServeConfig", "ServerState", "get_caller", "get_state",
-           "narrowed_scope", "require_admin"]
+__all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "MAX_PENDING", "SCOPE_HEADER", "ServeConfig", "ServerState", "get_caller",
+           "get_state", "narrowed_scope", "require_admin"]
 
 
+MAX_PENDING = 256
+"""Adds, and searches, a server process lets wait at once before it answers 503: a few batches'
+worth, so a caller waits at most a few commits instead of ever longer."""
 MAX_BODY_BYTES = 1_000_000
 """Largest request body accepted (413 past it): bigger documents go in several resource records."""
 
@@ -54,6 +58,9 @@ class ServeConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     memory: MemoryOS | None = None
     """An already open memory (tests, embedding the app in a program): must live on the server's loop."""
+    max_pending: int = MAX_PENDING
+    """Adds, and searches, that may wait at once; a request past that is answered 503 with a
+    Retry-After header, nothing of it taken (`memos.batching.QueueLimits`)."""
 
 
 @dataclass
@@ -86,6 +93,10 @@ class ServerState:
                     c = self.config
                     self.memory = c.memory or await MemoryOS.open(c.uri, embedder=c.embedder, storage_options=c.storage_options,
                                                                   vault_key_file=c.vault_key_file)
+                    self.memory.limits = QueueLimits(max_pending=c.max_pending, when_full="raise")
+                    embedder = self.memory.embedder
+                    if embedder is not None and embedder.name.startswith("local:"):  # its weights load now, not in a request
+                        await embedder.embed_query("warm up")
                     self.tenants = Tenants(self.memory)
         assert self.tenants is not None
         return self.memory, self.tenants

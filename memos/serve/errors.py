@@ -5,13 +5,14 @@ client (`memos.client`) raises the same class an in-process call would.
 
 memos' own errors (`memos.exceptions`) map to a status by kind: a caller's mistake is 4xx with
 the message that names the fix, a missing record 404, a vault refusal 403, an unavailable
-store 503. Request validation failures name each bad field and what it must be. Anything
+store 503, and one with too many calls waiting 503 with a Retry-After header (`memos.batching`). Request validation failures name each bad field and what it must be. Anything
 else is logged here with its traceback and reaches the client as a bare 500.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -43,6 +44,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (VaultKeyError, 503, "vault_key"),
     (ex.BudgetError, 422, "budget"),
     (ex.StoreUnavailableError, 503, "store_unavailable"),
+    (ex.OverloadedError, 503, "overloaded"),
     (ex.CoreMemoryError, 422, "core_memory"),
     (ex.MemoryOSError, 500, "memory_error"),
 ]
@@ -85,6 +87,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ex.MemosError)
     async def _memos(request: Request, exc: ex.MemosError) -> JSONResponse:
         status, kind = status_of(exc)
+        if isinstance(exc, ex.OverloadedError):  # refused before any of it was taken: the client retries
+            return JSONResponse(error_body(kind, str(exc)), status_code=status, headers={"Retry-After": str(math.ceil(exc.retry_after))})
         if status >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc)
         return JSONResponse(error_body(kind, str(exc), exception=type(exc).__name__), status_code=status)

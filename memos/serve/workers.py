@@ -8,6 +8,7 @@ import os
 from fastapi import FastAPI
 
 from .app import ServeConfig, create_app
+from .deps import MAX_PENDING
 
 __all__ = ["app_from_env"]
 
@@ -20,4 +21,5 @@ def app_from_env() -> FastAPI:
         admin_key=os.environ.get("MEMOS_ADMIN_KEY") or None, model=os.environ.get("MEMOS_SERVE_MODEL") or None,
         extract=os.environ.get("MEMOS_SERVE_EXTRACT", "1") != "0",
         storage_options=json.loads(os.environ.get("MEMOS_SERVE_OPTIONS") or "{}") or None,
+        max_pending=int(os.environ.get("MEMOS_SERVE_MAX_PENDING") or MAX_PENDING),
     ))
