@@ -53,23 +53,26 @@ def test_spreading_puts_each_sessions_best_hit_before_a_second_from_one_session(
 
 
 HIKING = [
-    ["I went on a hiking trip to the Blue Ridge mountains this weekend.",
-     "The hiking trail up to the ridge was steep, a real hiking trip workout.",
-     "On the hiking trip we camped by the river and hiked again in the morning.",
-     "That hiking trip had the best views of any hike I have been on.",
-     "My boots gave me blisters on the second day of the hiking trip."],
+    [f"On the hiking trip to the Blue Ridge mountains {what}." for what in
+     ["the trail was steep", "we camped by the river", "we saw the best views", "my boots gave me blisters",
+      "we hiked again in the morning", "it rained on the second day", "we met a park ranger", "we cooked on a tiny stove",
+      "we crossed a rope bridge", "I carried the heavy tent", "we got lost for an hour", "we saw a black bear"]],
     ["Work was busy, we shipped the new billing system.", "Also did a short hiking trip at Eagle Peak on Sunday."],
     ["My sister visited and we cooked dumplings.", "Then we went on a hiking trip along the coast path."],
     ["I repainted the kitchen a pale green.", "Last Saturday I did a hiking trip around Crater Lake with friends."],
 ]
 
 HIKING_ZH = [
-    ["这个周末我去黄山徒步了，爬了一整天的山路。", "黄山徒步的路很陡，徒步到山顶累坏了。", "徒步的时候我们在山上的营地过夜。",
-     "那次徒步看到的日出是我见过最美的。", "徒步第二天我的脚就磨出了水泡。"],
+    [f"这次去黄山徒步，{what}。" for what in
+     ["山路很陡", "我们在河边露营", "看到了最美的日出", "我的脚磨出了水泡", "第二天早上又走了一段", "第二天下了雨",
+      "遇到了一位护林员", "我们用小炉子做饭", "走过了一座吊桥", "我背着很重的帐篷", "我们迷路了一个小时", "看到了一群猴子"]],
     ["这周工作很忙，新系统终于上线了。", "周日还去香山徒步了一趟。"],
     ["妹妹来看我，我们一起包了饺子。", "然后我们沿着海边徒步走了一下午。"],
     ["我把厨房刷成了浅绿色。", "上周六和朋友去泰山徒步了。"],
 ]
+
+
+BUDGET = 200
 
 
 @pytest.mark.parametrize(("question", "days"), [
@@ -79,8 +82,9 @@ HIKING_ZH = [
 async def test_a_counting_question_gets_a_hit_from_every_session_within_the_budget(mem, question, days):
     scope = Scope("u")
     await sessions(mem, scope, days)
-    hits = await mem.search(question, scope, budget_tokens=500)
-    # one session talks about it five times, three others once each: all four are in the budget
+    hits = await mem.search(question, scope, budget_tokens=BUDGET)
+    # one session talks about it twelve times, three others once each: all four are in a budget
+    # that the first session's turns alone would fill
     assert session_ids(hits) >= {"D1", "D2", "D3", "D4"}
     assert {"D2:2", "D3:2", "D4:2"} <= {s for h in hits for s in h.source_ids}
 
