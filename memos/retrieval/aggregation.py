@@ -24,20 +24,22 @@ from .ranking import Hit
 __all__ = ["aggregates", "session_of", "spread_sessions"]
 
 _EN = re.compile(
-    r"\bhow\s+many\b|\bhow\s+much\b.*\b(?:total|in\s+all|altogether|combined|so\s+far|overall)\b"
+    r"\bhow\s+many\b(?!\s+(?:\w+\s+)?(?:seconds?|minutes?|hours?|days?|weeks?|months?|years?)\s+ago\b)"
+    r"|\bhow\s+much\b.*\b(?:total|in\s+all|altogether|combined|so\s+far|overall)\b"
     r"|\b(?:in\s+)?total\b|\baltogether\b|\bcombined\b|\bin\s+all\b|\bnumber\s+of\b|\bhow\s+often\b"
-    r"|\ball\s+(?:the|of\s+the|of\s+my|my|of)\b|\bevery\s+time\b|\beach\s+time\b|\blist\b"
-    r"|\bwhich\b.*\b(?:have|did|do)\s+(?:i|we|you|they|he|she)\b.*\b(?:so\s+far|ever|all)\b"
-    r"|\bhow\s+many\s+times\b|\bso\s+far\b",
+    r"|\ball\s+(?:the|of\s+the|of\s+my|my|of)\b|\bevery\s+time\b|\beach\s+time\b|\bso\s+far\b",
     re.IGNORECASE)
+_AGO_ZH = re.compile(r"多少(?:天|周|个?星期|个?月|年|个?小时|分钟)(?:以)?前")
 _ZH = re.compile(r"多少|几次|几个|几种|几家|几本|几位|一共|总共|总计|合计|共计|加起来|累计|每次|每一次|哪些|所有|全部|分别|都有|都去|都做")
 
 
 def aggregates(query: str) -> bool:
     """Whether a question collects or counts over several occasions ("how many", "in total", "all
     the", "every time", "so far"; `多少`, `一共`, `每次`, `哪些`, `所有`): its answer is spread over
-    sessions."""
-    return bool(_EN.search(query) or _ZH.search(query))
+    sessions. "How many days ago" (`多少天前`) asks when one thing happened: not aggregating."""
+    if _EN.search(query):
+        return True
+    return bool(_ZH.search(_AGO_ZH.sub("", query)))
 
 
 def session_of(record: MemoryRecord) -> tuple[str, str, str, str]:

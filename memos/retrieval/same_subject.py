@@ -45,28 +45,26 @@ async def with_same_subject(storage: Store, where: str | None, turns_store: str,
     lists = await asyncio.gather(*(
         storage.vector_search(turns_store, vectors[a.id], _elsewhere(where, time_field, a), per_anchor) for a in chosen))
     place = {hit.id: at for at, hit in enumerate(hits)}
-    joined: dict[str, list[Hit]] = {}
+    out = list(hits)
     taken = {a.id for a in chosen}
     for anchor, rows in zip(chosen, lists, strict=True):
         for row in rows:
             similarity = 1.0 - float(row.get("_distance", 1.0))
+            score = anchor.score * similarity
+            ids = [h.id for h in out]
+            at = ids.index(anchor.id)
             if similarity < min_similarity or row["id"] in taken or row["id"] in exclude or place.get(row["id"], len(hits)) < place[anchor.id]:
                 continue
+            if row["id"] in place and out[ids.index(row["id"])].score >= score:
+                continue  # ranked as high already on its own
             taken.add(row["id"])
-            record = table.to_record(row)
-            joined.setdefault(anchor.id, []).append(Hit(turns_store, record, anchor.score, {"same_subject": similarity}))
-    if not joined:
-        return hits
-    moved = {h.id for group in joined.values() for h in group}
-    out: list[Hit] = []
-    for hit in hits:
-        if hit.id in moved:
-            continue
-        group = joined.get(hit.id)
-        if group:
-            out.extend(sorted([hit, *group], key=lambda h: h.record.event_time(), reverse=True))
-        else:
-            out.append(hit)
+            if row["id"] in place:
+                out.pop(ids.index(row["id"]))
+            match = Hit(turns_store, table.to_record(row), score, {"same_subject": similarity})
+            slot = next((i for i in range(at + 1, len(out)) if out[i].score < score), len(out))
+            out.insert(slot, match)
+            if match.record.event_time() > anchor.record.event_time():  # the newer value first: it is the current one
+                out[at], out[slot] = out[slot], out[at]
     return out
 
 
