@@ -83,10 +83,11 @@ class RankingPolicy:
     n-th power of its score: one strong hit per session before more of one. 1 (the default)
     turns it off: where a session's best hit is the long reply and the fact is in the turn it
     answers, spreading pushed the fact below other sessions' replies (docs/benchmarks.md)."""
-    subject_anchors: int = 3
+    subject_anchors: int = 0
     """In budgeted searches, at most this many of the best turns (one per session) bring the turns
     about the same subject from other sessions (`memos.retrieval.same_subject`), one anchor per
-    `subject_budget_tokens`; 0 turns it off."""
+    `subject_budget_tokens`. 0 (the default) turns it off: with 3 it found both values of updated
+    facts more often but lost as many other questions at some budgets (docs/benchmarks.md)."""
     subject_budget_tokens: int = 1000
     """One anchor of the same-subject round per this many tokens of budget: below it, none (a
     small budget is better spent on the first round's best hits)."""
