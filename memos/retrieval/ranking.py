@@ -77,6 +77,24 @@ class RankingPolicy:
     this share of their turns (`memos.retrieval.speakers`): who said a turn is weighed by `speaker_weight`,
     and a name said to someone tells nothing of what a turn is about. Other stores (facts about
     a person) get the query as it is; above 1 turns it off."""
+    session_spread: float = 1.0
+    """In budgeted searches for a question that collects or counts across sessions ("how many",
+    `一共`; `memos.retrieval.aggregation`), a session's n-th hit ranks as if it scored this to the
+    n-th power of its score: one strong hit per session before more of one. 1 (the default)
+    turns it off: where a session's best hit is the long reply and the fact is in the turn it
+    answers, spreading pushed the fact below other sessions' replies (docs/benchmarks.md)."""
+    subject_anchors: int = 0
+    """In budgeted searches, at most this many of the best turns (one per session) bring the turns
+    about the same subject from other sessions (`memos.retrieval.same_subject`), one anchor per
+    `subject_budget_tokens`. 0 (the default) turns it off: with 3 it found both values of updated
+    facts more often but lost as many other questions at some budgets (docs/benchmarks.md)."""
+    subject_budget_tokens: int = 1000
+    """One anchor of the same-subject round per this many tokens of budget: below it, none (a
+    small budget is better spent on the first round's best hits)."""
+    subject_matches: int = 2
+    """At most this many same-subject turns join each anchor."""
+    subject_min_similarity: float = 0.5
+    """The cosine a turn of another session needs with an anchor to count as about its subject."""
     budget_candidates: int = 400
     """A budgeted search fuses at least this many candidates of each list (vector, full-text):
     shallow lists leave a record found by one list but just below the other's cut-off with

@@ -26,10 +26,12 @@ from memos.store.read_cache import FORGET
 from memos.store.scope import Scope, Where, sql_in, valid_at
 from memos.time_bounds import shift
 
+from .aggregation import aggregates, spread_sessions
 from .answer_types import expected_answer, favour_answers
 from .packing import pack
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
+from .same_subject import with_same_subject
 from .speakers import SpeakerTally, favour_speakers, named_speakers, without_speakers
 from .temporal import parse_time_window
 
@@ -203,6 +205,10 @@ async def search(
     for hit in hits:
         if isinstance(hit.record, RowView):
             hit.record = storage.type_table(hit.memory_type).to_record(hit.record.row)
+    if request.budget_tokens is not None and request.policy.session_spread < 1 and aggregates(request.query):
+        hits = spread_sessions(hits, request.policy.session_spread)  # coverage across sessions first
+    if request.budget_tokens is not None and turns in wheres:
+        hits = await _second_round(storage, request, hits, turns, wheres)
     if request.policy.neighbours and turns is not None:
         hits = await _with_neighbours(storage, request, hits, turns)
     if request.budget_tokens is not None:
@@ -368,6 +374,18 @@ def _lean(hit: Hit) -> RowView | None:
     read), else None."""
     record = hit.record
     return record if isinstance(record, RowView) and "user_id" not in record.row else None
+
+
+async def _second_round(storage: Store, request: SearchRequest, hits: list[Hit], turns: str,
+                        wheres: dict[str, str | None]) -> list[Hit]:
+    """The turns about the best turns' subjects from other sessions, behind them, newest first
+    (`memos.retrieval.same_subject`): one anchor per `subject_budget_tokens` of the budget."""
+    policy = request.policy
+    anchors = min(policy.subject_anchors, (request.budget_tokens or 0) // max(1, policy.subject_budget_tokens))
+    if anchors <= 0 or policy.subject_matches <= 0:
+        return hits
+    return await with_same_subject(storage, wheres[turns], turns, hits, anchors, policy.subject_matches,
+                                   policy.subject_min_similarity, request.exclude)
 
 
 async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hit], turns_store: str) -> list[Hit]:
