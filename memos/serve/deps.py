@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from memos.exceptions import InvalidFilterError, ScopeError
 from memos.batching import QueueLimits
+from memos.exceptions import InvalidFilterError, ScopeError
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 
