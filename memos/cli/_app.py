@@ -12,7 +12,8 @@ from rich.console import Console
 
 from memos.exceptions import MemosError
 
-__all__ = ["DbOption", "JsonOption", "UserOption", "app", "console", "embedder_choice", "emit_json", "fail", "guarded", "open_existing"]
+__all__ = ["DbOption", "JsonOption", "UserOption", "app", "console", "embedder_choice", "emit_json", "fail", "guarded", "note_empty",
+           "note_unseen", "open_existing"]
 
 app = typer.Typer(name="memos", help="An operating-system-style memory for long-running LLM agents.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -81,3 +82,29 @@ def open_existing(db: Path, *, embedder: str | None = None, vault_key_file: Path
     if "://" not in str(db) and not Path(db).exists():
         fail(f"no memos store at {db} (create one with `memos init {db}`)")
     return MemoryOS.open_sync(db, embedder=embedder, vault_key_file=vault_key_file)
+
+
+def note_empty(memory: Any, scope: Any, what: str) -> bool:
+    """Say on stderr why `what` came back empty for `scope` (`memos.visibility`): what the scope
+    sees and what the user holds under other agents. True when the scope sees nothing at all."""
+    from rich.markup import escape
+
+    from memos._sync import run_sync
+    from memos.visibility import describe, empty_note, scope_counts
+
+    counts = run_sync(scope_counts(memory, scope))
+    note = empty_note(counts) or f"nothing matched among the {counts.seen} memories of {describe(scope)}"
+    console.print(escape(f"{what}: {note}"), soft_wrap=True)
+    return not counts.seen
+
+
+def note_unseen(memory: Any, scope: Any, what: str) -> None:
+    """Say on stderr why `scope` sees no memory, only when it sees none (`memos.visibility`)."""
+    from rich.markup import escape
+
+    from memos._sync import run_sync
+    from memos.visibility import empty_note, scope_counts
+
+    note = empty_note(run_sync(scope_counts(memory, scope)))
+    if note:
+        console.print(escape(f"{what}: {note}"), soft_wrap=True)

@@ -14,7 +14,7 @@ from memos._sync import run_sync
 from memos.store.lancedb._malloc import freeze_startup_objects
 from memos.store.scope import Scope
 
-from ._app import DbOption, JsonOption, UserOption, app, emit_json, fail, guarded
+from ._app import DbOption, JsonOption, UserOption, app, emit_json, fail, guarded, note_unseen
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -102,6 +102,7 @@ def chat(
     memory = MemoryOS.open_sync(db, model=model if model != "test" else None)
     bot = memory.agent(chosen, Scope(user, agent, session), budget=budget, manager_model=None if model == "test" else chosen,
                        approve=lambda call: typer.confirm(f"Reveal vault item {call.args}?", default=False))
+    note_unseen(memory, Scope(user, agent), f"chat as agent {agent}")  # what it cannot see, said before the first turn
     inputs = iter(message) if message else None
     freeze_startup_objects()  # no full collection's pause inside a reply (memos.store.lancedb._malloc)
     while True:

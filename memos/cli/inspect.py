@@ -12,7 +12,7 @@ from rich.table import Table
 from memos._sync import run_sync
 from memos.store.scope import Scope
 
-from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded, open_existing
+from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded, note_unseen, open_existing
 from .jobs import inspect_app
 
 if TYPE_CHECKING:
@@ -124,6 +124,8 @@ def context(
     if not sess.context and not message:
         fail(f"session {session!r} of user {user!r} and agent {agent!r} has no turns yet; pass --message to compile for one")
     ctx = run_sync(sess.preview(message) if message else sess.compile())
+    if not ctx.sections.get("memories"):
+        note_unseen(memory, sess.retrieval_scope, "memories")
     if as_json:
         emit_json({"sections": ctx.sections, "total": ctx.total_tokens, "budget": ctx.budget, "system_prompt": ctx.system_prompt,
                    "turns": [t.render() for t in ctx.recent_turns]})
@@ -132,3 +134,4 @@ def context(
         bar = "█" * round(40 * tokens / ctx.budget)
         out.print(f"{name:>12} {tokens:>6}  [cyan]{bar}[/cyan]")
     out.print(f"{'total':>12} {ctx.total_tokens:>6} / {ctx.budget}")
+

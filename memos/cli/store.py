@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressC
 from memos._sync import run_sync
 from memos.store.scope import Scope
 
-from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, open_existing
+from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, note_empty, open_existing
 
 
 def _read_messages(path: Path) -> list[dict]:
@@ -140,8 +140,10 @@ def search(
 ) -> None:
     """Hybrid search over a scope's memories."""
     mem = open_existing(db, embedder="local")
-    hits = mem.search_sync(query, Scope(user, agent, session), types=types, k=k, budget_tokens=budget,
-                           since=_aware(since), until=_aware(until))
+    scope = Scope(user, agent, session)
+    hits = mem.search_sync(query, scope, types=types, k=k, budget_tokens=budget, since=_aware(since), until=_aware(until))
+    if not hits:  # say what was searched and why nothing came back (on stderr: stdout stays the hits)
+        note_empty(mem, scope, f"no hits for {query!r}")
     if as_json:
         emit_json([{"store": h.memory_type, "id": h.id, "score": h.score, "text": h.text or h.record.render(),
                     "source_ids": h.source_ids, "parts": h.parts} for h in hits])
