@@ -80,8 +80,8 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
     for n, (conv, q) in enumerate(questions, 1):
         evidence = set(q.evidence)
         top = await mem.search(q.text, Scope(conv.sample_id), k=3)
-        records.append(len(top))
-        first = {s for h in top for s in h.source_ids}
+        records.append(sum(1 + len(h.attached) for h in top))
+        first = {s for h in top for s in [*h.source_ids, *(s for a in h.attached for s in a.source_ids)]}
         half = halves["ab"[seen_in_cat.get(q.category, 0) % 2]]
         seen_in_cat[q.category] = seen_in_cat.get(q.category, 0) + 1
         half[0] += 1

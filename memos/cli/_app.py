@@ -19,6 +19,20 @@ app = typer.Typer(name="memos", help="An operating-system-style memory for long-
                   pretty_exceptions_enable=False)
 console = Console(stderr=True)
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from memos import __version__
+
+        typer.echo(f"memos {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print memos' version and exit.")] = False) -> None:
+    """An operating-system-style memory for long-running LLM agents."""
+
 DbOption = Annotated[Path, typer.Option("--db", envvar="MEMOS_DB", help="The memos store (a directory or LanceDB URI).")]
 UserOption = Annotated[str, typer.Option("--user", "-u", help="The user id of the scope.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]

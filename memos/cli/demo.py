@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memos._sync import run_sync
@@ -38,9 +39,9 @@ def _print_step(step: DemoStep) -> None:
     head = f"[bold]s{step.session}·{step.turn:02d}[/bold] {_bar(step.tokens, step.budget)}"
     moved = f"paged in {len(step.paged_in):>2}" + (f", [magenta]evicted {step.evicted}[/magenta]" if step.evicted else "")
     warn = " [yellow]⚠ pressure[/yellow]" if step.pressure else ""
-    out.print(f"{head}  {moved}{warn}  [dim]{step.text[:60]}[/dim]")
+    out.print(f"{head}  {moved}{warn}  [dim]{escape(step.text[:60])}[/dim]")
     for line in step.paged_in[:2]:
-        out.print(f"        [cyan]↳ {line[:100]}[/cyan]")
+        out.print(f"        [cyan]↳ {escape(line[:100])}[/cyan]")
 
 
 @app.command()
@@ -72,10 +73,11 @@ def demo(
         return
     table = Table(title="Recall from memory", show_lines=False)
     table.add_column("question")
-    table.add_column("memory's answer (top hits)")
+    table.add_column("memory's answer (its 3 hits, each with the turns that complete it)")
     table.add_column("ok")
     for answer in result.answers:
-        table.add_row(answer.question, "\n".join(a[:90] for a in answer.answer[:3]), "✓" if answer.found else "✗")
+        # all it judged, uncut; memory's text is text, not markup (`[vault item ...]`)
+        table.add_row(escape(answer.question), escape("\n".join(answer.answer)), "✓" if answer.found else "✗")
     out.print(table)
     peak = max((s.tokens for s in result.steps), default=0)
     evicted = sum(s.evicted for s in result.steps)

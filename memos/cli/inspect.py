@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from memos._sync import run_sync
 from memos.store.scope import Scope
@@ -59,9 +59,15 @@ def stores(db: DbOption = Path("memos-data"), user: Annotated[str | None, typer.
     if as_json:
         emit_json(counts)
         return
-    table = Table("user", *memory.type_names)
-    for u, row in counts.items():
-        table.add_row(u, *(str(row[n]) for n in memory.type_names))
+    # one row per store, one column per user: a store's name is never cut, however narrow the terminal
+    if not users:
+        console.print(f"no records in {db}")
+        return
+    table = Table("store", *(Column(u, justify="right") for u in users))
+    table.columns[0].min_width = max(map(len, memory.type_names))
+    table.columns[0].no_wrap = True
+    for name in memory.type_names:
+        table.add_row(name, *(str(counts[u][name]) for u in users))
     out.print(table)
 
 

@@ -57,7 +57,8 @@ def record_json(record: Any) -> dict[str, Any]:
 
 def hit_json(hit: Hit) -> dict[str, Any]:
     return {"store": hit.memory_type, "score": round(hit.score, 6), "parts": {k: round(v, 6) for k, v in hit.parts.items()},
-            "text": hit.text, "tokens": hit.tokens, "record": record_json(hit.record)}
+            "text": hit.text, "tokens": hit.tokens, "record": record_json(hit.record),
+            "attached": [hit_json(a) for a in hit.attached]}  # the turns that complete it (memos.retrieval.replies)
 
 
 def _new_record(memory: MemoryOS, store: str, body: dict[str, Any]) -> Any:
