@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx2 as httpx
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from memos.memtypes import Fact
 from typer.testing import CliRunner
 
 from memos import MemoryOS, Scope
 from memos.bench.serve import ServerProcess
 from memos.cli import app
-from memos.memtypes import Fact
 
 runner = CliRunner()
 TURNS = [{"speaker": "alice", "text": "I am allergic to shellfish, so no prawns please."},

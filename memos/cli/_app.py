@@ -113,12 +113,14 @@ def note_empty(memory: Any, scope: Any, what: str) -> bool:
 
 
 def note_unseen(memory: Any, scope: Any, what: str) -> None:
-    """Say on stderr why `scope` sees no memory, only when it sees none (`memos.visibility`)."""
+    """Say on stderr why `scope` sees no memory, only when it sees none while its user holds some
+    elsewhere (`memos.visibility`); a new user's empty memory needs no note."""
     from rich.markup import escape
 
     from memos._sync import run_sync
     from memos.visibility import empty_note, scope_counts
 
-    note = empty_note(run_sync(scope_counts(memory, scope)))
+    counts = run_sync(scope_counts(memory, scope))
+    note = empty_note(counts) if counts.user_total else None
     if note:
         console.print(escape(f"{what}: {note}"), soft_wrap=True)
