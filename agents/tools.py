@@ -92,7 +92,7 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
             raise _retry(exc) from None
         if not hits:
             return "no memories found"
-        return "\n".join(f"({h.memory_type} {h.id}) {h.record.render()}" for h in hits)
+        return "\n".join(f"({h.memory_type} {h.id}) " + "\n".join(h.lines()) for h in hits)  # a reply under the turn it answers
 
     @toolset.tool_plain
     async def conversation_search(query: str | None = None, since: str | None = None, until: str | None = None,

@@ -162,7 +162,7 @@ async def _recall(memory: MemoryOS, scope: Scope, questions: list[dict[str, str]
             lines = [await agent.chat(q["question"])]
         else:
             hits = await memory.search(q["question"], scope, k=3, types=memory.searchable_types)
-            lines = [h.record.render() for h in hits]
+            lines = ["\n".join(h.lines()) for h in hits]  # the three hits, each with the turns that complete it
         found = any(q["expect"].lower() in line.lower() for line in lines)
         answers.append(DemoAnswer(question=q["question"], expect=q["expect"], answer=lines, found=found))
     return answers

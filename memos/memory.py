@@ -297,9 +297,9 @@ class MemoryOS(KernelServices):
 
         Returns the `k` best hits, or with `budget_tokens` the best hits that fit the budget
         when rendered. Each hit carries its store, score parts and provenance. In a top-k
-        search, a conversation turn that asks a question brings the reply it got right behind
-        it (`replies`, an extra hit marked `reply_to`), and a statement and the answer to the
-        follow-up question it drew bring each other (marked `exchange`; `memos.retrieval.replies`).
+        search, a conversation turn that asks a question carries the reply it got (`replies`:
+        in `hit.attached`, marked `reply_to`; still k hits), and a statement and the answer to
+        the follow-up question it drew carry each other (marked `exchange`; `memos.retrieval.replies`).
 
         `empty`: stores the caller knows hold no active record in `scope` (a chat step passes
         what its counts found): their queries are skipped.

@@ -262,8 +262,7 @@ class KernelServices(RecordAccess):
         many were removed per store (and "history"). Old table versions and index entries still
         hold them until `purge` (which drops those versions and builds every index again);
         `memos.portability.forget_user` erases, then purges."""
-        where = Where(check.check_scope(scope)).build()
-        assert where is not None
+        where = Where().raw(check.check_scope(scope).exact_where()).condition()  # an agent's own: never the shared records
         removed: dict[str, int] = {}
         for name in self.types:
             removed[name] = await self.storage.count(name, where)

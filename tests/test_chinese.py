@@ -72,8 +72,8 @@ async def test_a_chinese_question_turn_brings_the_answer_that_shares_none_of_its
             ("李明", "每个月六千五，比之前贵一千。"), ("王芳", "小雨开始学钢琴了。")]
     await mem.ingest(SCOPE, [Message(id=f"t{i}", actor=a, text=t, timestamp=T0 + timedelta(seconds=30 * i))
                              for i, (a, t) in enumerate(chat)])
-    hits = await mem.search("李明的房租多少钱？", SCOPE, k=1)
-    assert [h.record.summary for h in hits] == ["太好了，房租贵吗？", "每个月六千五，比之前贵一千。"]
+    [hit] = await mem.search("李明的房租多少钱？", SCOPE, k=1)
+    assert [h.record.summary for h in [hit, *hit.attached]] == ["太好了，房租贵吗？", "每个月六千五，比之前贵一千。"]
 
 
 async def test_a_statement_and_the_answer_to_the_question_it_drew_come_together(db_path: Path):
@@ -82,10 +82,10 @@ async def test_a_statement_and_the_answer_to_the_question_it_drew_come_together(
             ("李明", "上个星期六，在外滩的一家法餐厅。"), ("王芳", "小雨开始学钢琴了。")]
     for i, (actor, text) in enumerate(chat):  # one at a time: the answer carries no context words
         await mem.ingest(SCOPE, [Message(id=f"t{i}", actor=actor, text=text, timestamp=T0 + timedelta(seconds=30 * i))])
-    hits = await mem.search("李明在哪里求婚？", SCOPE, k=1)  # the answer shares no word with the query
-    assert [h.record.summary for h in hits] == [chat[0][1], chat[2][1]] and hits[1].parts == {"exchange": 1.0}
-    hits = await mem.search("外滩的法餐厅", SCOPE, k=1)  # and the answer brings what it is about
-    assert [h.record.summary for h in hits] == [chat[2][1], chat[0][1]]
+    [hit] = await mem.search("李明在哪里求婚？", SCOPE, k=1)  # the answer shares no word with the query
+    assert [h.record.summary for h in [hit, *hit.attached]] == [chat[0][1], chat[2][1]] and hit.attached[0].parts == {"exchange": 1.0}
+    [hit] = await mem.search("外滩的法餐厅", SCOPE, k=1)  # and the answer brings what it is about
+    assert [h.record.summary for h in [hit, *hit.attached]] == [chat[2][1], chat[0][1]]
     assert [h.record.summary for h in await mem.search("李明在哪里求婚？", SCOPE, k=1, replies=False)] == [chat[0][1]]
 
 
@@ -119,9 +119,10 @@ async def test_a_turn_that_opens_on_an_unnamed_person_brings_the_turn_it_refers_
             ("王芳", "哈哈，她已经是我们的第一个 beta tester 了。"), ("李明", "Ben adopted a dog."), ("王芳", "He loved hiking with it.")]
     for i, (actor, text) in enumerate(chat):
         await mem.ingest(SCOPE, [Message(id=f"t{i}", actor=actor, text=text, timestamp=T0 + timedelta(seconds=30 * i))])
-    hits = await mem.search("谁是第一个 beta tester？", SCOPE, k=1)
-    assert [h.record.summary for h in hits] == [chat[2][1], chat[1][1]] and hits[1].parts == {"refers_to": 1.0}
-    assert [h.record.summary for h in await mem.search("hiking", SCOPE, k=1)] == [chat[4][1], chat[3][1]]
+    [hit] = await mem.search("谁是第一个 beta tester？", SCOPE, k=1)
+    assert [h.record.summary for h in [hit, *hit.attached]] == [chat[2][1], chat[1][1]] and hit.attached[0].parts == {"refers_to": 1.0}
+    [hit] = await mem.search("hiking", SCOPE, k=1)
+    assert [h.record.summary for h in [hit, *hit.attached]] == [chat[4][1], chat[3][1]]
     assert [h.record.summary for h in await mem.search("小学生 英语 app", SCOPE, k=1)] == [chat[0][1]]  # a named subject: alone
     assert [refers_back(t) for t in ("他们明天到。", "嗯，她说好。", "She did!", "Shelter is full.", "王芳说好。", "It was fun.")] == [
         True, True, True, False, False, False]

@@ -20,6 +20,9 @@ async def test_the_demo_pages_within_budget_recalls_and_scrubs_the_secret(tmp_pa
     assert sum(s.evicted for s in result.steps) > 20 and any(s.pressure for s in result.steps)
     assert any(s.paged_in for s in result.steps)
     assert sum(a.found for a in result.answers) >= len(result.answers) - 1
+    # judged on what it shows: a k=3 search's three hits (a reply is part of the hit it answers)
+    assert all(len(a.answer) == 3 for a in result.answers)
+    assert all(a.found == any(a.expect.lower() in hit.lower() for hit in a.answer) for a in result.answers)
     assert result.counts["episodic"] == 60 and result.counts["vault"] == 1
     secret = script["vault"][0]["secret"].encode()
     leaked = [p for p in tmp_path.rglob("*") if p.is_file() and secret in p.read_bytes()]

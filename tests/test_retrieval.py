@@ -74,9 +74,9 @@ async def ingest_one_by_one(mem, scope, turns):
 async def test_a_top_k_hit_that_asks_brings_the_reply_it_got(mem):
     scope = Scope("u")
     await ingest_one_by_one(mem, scope, [("Ana" if i % 2 == 0 else "Ben", text) for i, text in enumerate(TURNS)])
-    hits = await mem.search("How is the new job?", scope, k=1)
-    assert [s for h in hits for s in h.source_ids] == ["D1:7", "D1:8"]  # the question, then its answer
-    assert hits[1].parts == {"reply_to": 1.0} and hits[1].record.summary == "Busy, I lead the data team now."
+    [hit] = await mem.search("How is the new job?", scope, k=1)  # k hits: the reply is part of its question's hit
+    assert [s for h in [hit, *hit.attached] for s in h.source_ids] == ["D1:7", "D1:8"]  # the question, then its answer
+    assert hit.attached[0].parts == {"reply_to": 1.0} and hit.attached[0].record.summary == "Busy, I lead the data team now."
     assert [s for h in await mem.search("How is the new job?", scope, k=1, replies=False) for s in h.source_ids] == ["D1:7"]
 
 
@@ -94,9 +94,10 @@ async def test_a_top_k_statement_and_the_answer_to_the_question_it_drew_bring_ea
                                          ("Ben", "Congratulations! What was your time?"),
                                          ("Ana", "Two hours and eight minutes, faster than I hoped."),
                                          ("Ben", "The glacier hike was cancelled.")])
-    hits = await mem.search("half marathon", scope, k=1)
-    assert [s for h in hits for s in h.source_ids] == ["D1:1", "D1:3"] and hits[1].parts == {"exchange": 1.0}
-    assert [s for h in await mem.search("two hours and eight minutes", scope, k=1) for s in h.source_ids] == ["D1:3", "D1:1"]
+    [hit] = await mem.search("half marathon", scope, k=1)
+    assert [s for h in [hit, *hit.attached] for s in h.source_ids] == ["D1:1", "D1:3"] and hit.attached[0].parts == {"exchange": 1.0}
+    [hit] = await mem.search("two hours and eight minutes", scope, k=1)
+    assert [s for h in [hit, *hit.attached] for s in h.source_ids] == ["D1:3", "D1:1"]
     assert [s for h in await mem.search("half marathon", scope, k=1, replies=False) for s in h.source_ids] == ["D1:1"]
 
 

@@ -152,10 +152,14 @@ async def test_a_key_sees_only_its_scope_and_no_request_can_name_another(api):
     err = assert_error(await api.http.post("/v1/stores/semantic", json={"user_id": "alice", "summary": "planted"}, headers=bob), 422)
     assert "API key" in err["message"]
     assert_error(await api.http.post("/v1/stores/semantic", json={"agent_id": "helper", "summary": "planted"}, headers=alice), 422)
-    # the agent-bound key sees its agent's records only; the user-wide key sees both
+    # the agent-bound key sees its agent's records and the user's shared ones (the user-wide key's
+    # writes); the user-wide key sees both too, and another agent's key does not see the helper's
     helper_hits = (await api.http.post("/v1/search", json={"query": "cat"}, headers=helper)).json()["hits"]
-    assert [h["record"]["summary"] for h in helper_hits] == ["helper-only note about the cat"]
+    assert sorted(h["record"]["summary"] for h in helper_hits) == ["Alice's PIN hint is the cat", "helper-only note about the cat"]
     assert len((await api.http.post("/v1/search", json={"query": "cat"}, headers=alice)).json()["hits"]) == 2
+    chef = await api.key("alice", agent_id="chef")
+    assert [h["record"]["summary"] for h in (await api.http.post("/v1/search", json={"query": "cat"}, headers=chef)).json()["hits"]] \
+        == ["Alice's PIN hint is the cat"]
     assert_error(await api.http.delete("/v1/memory", params={"confirm": "alice"}, headers=helper), 403, "agent_key")
     assert (await api.http.get("/v1/stores/semantic", headers=alice)).json()["records"]
 

@@ -5,9 +5,9 @@ Every turn goes in through `MemoryOS.ingest`; every question is answered by
 question counts as covered at B when the `source_ids` of the packed hits include all (or
 any) of its evidence dia_ids. Tokens are counted with o200k_base. Beside the budgets, a plain
 top-3 search (`k=3`, what a tool call returns) counts the questions whose evidence is all
-(`top3_all`) or partly (`top3_any`) among its hits (the three, the reply to any of them
-that asks a question and the other half of any exchange among them: `memos.retrieval.replies`;
-`top3_records`: how many records such a search returned, on average). `halves` splits the
+(`top3_all`) or partly (`top3_any`) among its three hits, with the turns attached to them (the
+reply to one that asks, the other half of an exchange: `memos.retrieval.replies`;
+`top3_records`: how many records that is, on average). `halves` splits the
 questions in two, alternately within each category (`a`: the 1st, 3rd, ... question of a
 category; `b`: the others), so a choice tuned on one half can be checked on the other (top-3
 all and recall_all@1000 per half).
@@ -80,8 +80,8 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
     for n, (conv, q) in enumerate(questions, 1):
         evidence = set(q.evidence)
         top = await mem.search(q.text, Scope(conv.sample_id), k=3)
-        records.append(len(top))
-        first = {s for h in top for s in h.source_ids}
+        records.append(sum(1 + len(h.attached) for h in top))
+        first = {s for h in top for s in [*h.source_ids, *(s for a in h.attached for s in a.source_ids)]}
         half = halves["ab"[seen_in_cat.get(q.category, 0) % 2]]
         seen_in_cat[q.category] = seen_in_cat.get(q.category, 0) + 1
         half[0] += 1

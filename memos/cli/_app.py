@@ -12,11 +12,26 @@ from rich.console import Console
 
 from memos.exceptions import MemosError
 
-__all__ = ["DbOption", "JsonOption", "UserOption", "app", "console", "embedder_choice", "emit_json", "fail", "guarded", "open_existing"]
+__all__ = ["DbOption", "JsonOption", "UserOption", "app", "console", "embedder_choice", "emit_json", "fail", "guarded", "note_empty",
+           "note_unseen", "open_existing"]
 
 app = typer.Typer(name="memos", help="An operating-system-style memory for long-running LLM agents.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
 console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from memos import __version__
+
+        typer.echo(f"memos {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print memos' version and exit.")] = False) -> None:
+    """An operating-system-style memory for long-running LLM agents."""
 
 DbOption = Annotated[Path, typer.Option("--db", envvar="MEMOS_DB", help="The memos store (a directory or LanceDB URI).")]
 UserOption = Annotated[str, typer.Option("--user", "-u", help="The user id of the scope.")]
@@ -85,3 +100,31 @@ def open_existing(db: Path, *, embedder: str | None = None, vault_key_file: Path
     if "://" not in str(db) and not Path(db).exists():
         fail(f"no memos store at {db} (create one with `memos init {db}`)")
     return MemoryOS.open_sync(db, embedder=embedder, vault_key_file=vault_key_file)
+
+
+def note_empty(memory: Any, scope: Any, what: str) -> bool:
+    """Say on stderr why `what` came back empty for `scope` (`memos.visibility`): what the scope
+    sees and what the user holds under other agents. True when the scope sees nothing at all."""
+    from rich.markup import escape
+
+    from memos._sync import run_sync
+    from memos.visibility import describe, empty_note, scope_counts
+
+    counts = run_sync(scope_counts(memory, scope))
+    note = empty_note(counts) or f"nothing matched among the {counts.seen} memories of {describe(scope)}"
+    console.print(escape(f"{what}: {note}"), soft_wrap=True)
+    return not counts.seen
+
+
+def note_unseen(memory: Any, scope: Any, what: str) -> None:
+    """Say on stderr why `scope` sees no memory, only when it sees none while its user holds some
+    elsewhere (`memos.visibility`); a new user's empty memory needs no note."""
+    from rich.markup import escape
+
+    from memos._sync import run_sync
+    from memos.visibility import empty_note, scope_counts
+
+    counts = run_sync(scope_counts(memory, scope))
+    note = empty_note(counts) if counts.user_total else None
+    if note:
+        console.print(escape(f"{what}: {note}"), soft_wrap=True)

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memos._sync import run_sync
 from memos.store.lancedb._malloc import freeze_startup_objects
 from memos.store.scope import Scope
 
-from ._app import DbOption, JsonOption, UserOption, app, emit_json, fail, guarded
+from ._app import DbOption, JsonOption, UserOption, app, emit_json, fail, guarded, note_unseen
 from ._model import choose_model
 
 if TYPE_CHECKING:
@@ -39,9 +40,9 @@ def _print_step(step: DemoStep) -> None:
     head = f"[bold]s{step.session}·{step.turn:02d}[/bold] {_bar(step.tokens, step.budget)}"
     moved = f"paged in {len(step.paged_in):>2}" + (f", [magenta]evicted {step.evicted}[/magenta]" if step.evicted else "")
     warn = " [yellow]⚠ pressure[/yellow]" if step.pressure else ""
-    out.print(f"{head}  {moved}{warn}  [dim]{step.text[:60]}[/dim]")
+    out.print(f"{head}  {moved}{warn}  [dim]{escape(step.text[:60])}[/dim]")
     for line in step.paged_in[:2]:
-        out.print(f"        [cyan]↳ {line[:100]}[/cyan]")
+        out.print(f"        [cyan]↳ {escape(line[:100])}[/cyan]")
 
 
 @app.command()
@@ -73,10 +74,11 @@ def demo(
         return
     table = Table(title="Recall from memory", show_lines=False)
     table.add_column("question")
-    table.add_column("memory's answer (top hits)")
+    table.add_column("memory's answer (its 3 hits, each with the turns that complete it)")
     table.add_column("ok")
     for answer in result.answers:
-        table.add_row(answer.question, "\n".join(a[:90] for a in answer.answer[:3]), "✓" if answer.found else "✗")
+        # all it judged, uncut; memory's text is text, not markup (`[vault item ...]`)
+        table.add_row(escape(answer.question), escape("\n".join(answer.answer)), "✓" if answer.found else "✗")
     out.print(table)
     peak = max((s.tokens for s in result.steps), default=0)
     evicted = sum(s.evicted for s in result.steps)
@@ -104,6 +106,7 @@ def chat(
     memory = MemoryOS.open_sync(db, model=model if model != "test" else None)
     bot = memory.agent(chosen, Scope(user, agent, session), budget=budget, manager_model=None if model == "test" else chosen,
                        approve=lambda call: typer.confirm(f"Reveal vault item {call.args}?", default=False))
+    note_unseen(memory, Scope(user, agent), f"chat as agent {agent}")  # what it cannot see, said before the first turn
     inputs = iter(message) if message else None
     freeze_startup_objects()  # no full collection's pause inside a reply (memos.store.lancedb._malloc)
     while True:

@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from rich.markup import escape
 
 from memos._sync import run_sync
 from memos.exceptions import RecordNotFoundError
 from memos.store.scope import Scope
 
-from ._app import DbOption, JsonOption, UserOption, emit_json, fail, guarded, open_existing
+from ._app import DbOption, JsonOption, UserOption, console, emit_json, fail, guarded, open_existing
 from .jobs import inspect_app
 
 
@@ -47,6 +48,10 @@ def graph(
     else:
         entities = run_sync(memory.graph.entities(scope))
         relations = run_sync(memory.graph.relations(scope, at=when))
+    if not entities and not relations:  # say what was looked at, on stderr (stdout stays the graph)
+        held = sum(run_sync(memory.counts(scope)).values())
+        console.print(escape(f"the graph of user {user} is empty: no entities or relations"
+                             + (f" among the user's {held} records" if held else f"; nothing is stored for user {user}")), soft_wrap=True)
     if as_json:
         emit_json({"entities": [e.model_dump(mode="json", exclude={"text"}) for e in entities],
                    "relations": [r.model_dump(mode="json", exclude={"text"}) for r in relations]})

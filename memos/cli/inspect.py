@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from memos._sync import run_sync
 from memos.store.scope import Scope
 
-from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded, open_existing
+from ._app import DbOption, JsonOption, UserOption, app, console, embedder_choice, emit_json, fail, guarded, note_unseen, open_existing
 from .jobs import inspect_app
 
 if TYPE_CHECKING:
@@ -59,9 +59,15 @@ def stores(db: DbOption = Path("memos-data"), user: Annotated[str | None, typer.
     if as_json:
         emit_json(counts)
         return
-    table = Table("user", *memory.type_names)
-    for u, row in counts.items():
-        table.add_row(u, *(str(row[n]) for n in memory.type_names))
+    # one row per store, one column per user: a store's name is never cut, however narrow the terminal
+    if not users:
+        console.print(f"no records in {db}")
+        return
+    table = Table("store", *(Column(u, justify="right") for u in users))
+    table.columns[0].min_width = max(map(len, memory.type_names))
+    table.columns[0].no_wrap = True
+    for name in memory.type_names:
+        table.add_row(name, *(str(counts[u][name]) for u in users))
     out.print(table)
 
 
@@ -124,6 +130,8 @@ def context(
     if not sess.context and not message:
         fail(f"session {session!r} of user {user!r} and agent {agent!r} has no turns yet; pass --message to compile for one")
     ctx = run_sync(sess.preview(message) if message else sess.compile())
+    if not ctx.sections.get("memories"):
+        note_unseen(memory, sess.retrieval_scope, "memories")
     if as_json:
         emit_json({"sections": ctx.sections, "total": ctx.total_tokens, "budget": ctx.budget, "system_prompt": ctx.system_prompt,
                    "turns": [t.render() for t in ctx.recent_turns]})
@@ -132,3 +140,4 @@ def context(
         bar = "█" * round(40 * tokens / ctx.budget)
         out.print(f"{name:>12} {tokens:>6}  [cyan]{bar}[/cyan]")
     out.print(f"{'total':>12} {ctx.total_tokens:>6} / {ctx.budget}")
+

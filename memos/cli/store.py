@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressC
 from memos._sync import run_sync
 from memos.store.scope import Scope
 
-from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, open_existing
+from ._app import DbOption, JsonOption, UserOption, app, console, emit_json, fail, guarded, note_empty, open_existing
 
 
 def _read_messages(path: Path) -> list[dict]:
@@ -86,9 +86,13 @@ def ingest(
     agent: Annotated[str | None, typer.Option(help="Agent id of the scope.")] = None,
     session: Annotated[str | None, typer.Option(help="Session id of the scope.")] = None,
     batch: Annotated[int | None, typer.Option(min=1, help="Deprecated: ingest writes in its own batches (embedding the next while writing one).")] = None,
+    allow_duplicates: Annotated[bool, typer.Option("--allow-duplicates", help="Store every turn even if this scope holds it already from an earlier import.")] = False,
 ) -> None:
     """Store a file: messages (JSONL / JSON list) or a LOCOMO file as episodic turns, or a text
-    document (.txt, .md, ...) as chunked resource memory. Raw mode: no model."""
+    document (.txt, .md, ...) as chunked resource memory. Raw mode: no model.
+
+    Importing is idempotent: a turn already stored in the scope by an earlier import (same
+    speaker, time, text and message id) is skipped (`memos.import_keys`)."""
     from memos.memory import MemoryOS
 
     scope = Scope(user, agent, session)
@@ -108,19 +112,32 @@ def ingest(
     if batch is not None:
         console.print("[yellow]note:[/yellow] --batch is deprecated and ignored: ingest writes in its own batches")
     mem = MemoryOS.open_sync(db)
+    skipped = 0
+    if not allow_duplicates:
+        from memos.import_keys import unstored_turns
+
+        episodes, skipped = run_sync(unstored_turns(mem, scope, rows))
+        if not episodes:
+            console.print(f"all {len(rows)} turns of {file.name} are already stored in {db} for scope {scope}; nothing to do "
+                          "(--allow-duplicates stores them again)")
+            return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
                TextColumn("[progress.data.speed]{task.fields[rate]}"),
                TimeRemainingColumn())
     with Progress(*columns, console=console) as progress:
-        task = progress.add_task(f"ingesting {file.name}", total=len(rows), rate="")
+        task = progress.add_task(f"ingesting {file.name}", total=len(rows) - skipped, rate="")
 
         def stored(n: int) -> None:  # called once a batch is written: only stored turns count
             progress.advance(task, n)
             speed = progress.tasks[task].speed
             progress.update(task, rate=f"{speed:,.0f} turns/s" if speed else "")
 
-        mem.ingest_sync(scope, rows, progress=stored)
-    console.print(f"stored {len(rows)} turns in {db} for scope {scope}")
+        if allow_duplicates:
+            mem.ingest_sync(scope, rows, progress=stored)
+        else:
+            mem.store_turns_sync(scope, episodes, actor="ingest", progress=stored)
+    again = f"; {skipped} turns were already stored and were skipped" if skipped else ""
+    console.print(f"stored {len(rows) - skipped} turns in {db} for scope {scope}{again}")
 
 
 @app.command()
@@ -140,14 +157,21 @@ def search(
 ) -> None:
     """Hybrid search over a scope's memories."""
     mem = open_existing(db, embedder="local")
-    hits = mem.search_sync(query, Scope(user, agent, session), types=types, k=k, budget_tokens=budget,
-                           since=_aware(since), until=_aware(until))
+    scope = Scope(user, agent, session)
+    hits = mem.search_sync(query, scope, types=types, k=k, budget_tokens=budget, since=_aware(since), until=_aware(until))
+    if not hits:  # say what was searched and why nothing came back (on stderr: stdout stays the hits)
+        note_empty(mem, scope, f"no hits for {query!r}")
     if as_json:
         emit_json([{"store": h.memory_type, "id": h.id, "score": h.score, "text": h.text or h.record.render(),
-                    "source_ids": h.source_ids, "parts": h.parts} for h in hits])
+                    "source_ids": h.source_ids, "parts": h.parts,
+                    "attached": [{"id": a.id, "text": a.record.render(), "source_ids": a.source_ids, "parts": a.parts}
+                                 for a in h.attached]} for h in hits])
         return
-    for h in hits:
-        typer.echo(f"{h.score:.4f}  {h.memory_type:<10} {h.text or h.record.render()}")
+    for h in hits:  # a turn's reply or exchange is part of its hit: indented under it
+        first, *rest = h.lines()
+        typer.echo(f"{h.score:.4f}  {h.memory_type:<10} {first}")
+        for line in rest:
+            typer.echo(f"{'':<18}{line}")
 
 
 @app.command()

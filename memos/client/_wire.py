@@ -100,7 +100,8 @@ class Registry:
 
 def hit_from(data: Mapping[str, Any], registry: Registry) -> Hit:
     return Hit(memory_type=data["store"], record=registry.record(data["record"]), score=data["score"],
-               parts=dict(data["parts"]), text=data["text"], tokens=data["tokens"])
+               parts=dict(data["parts"]), text=data["text"], tokens=data["tokens"],
+               attached=[hit_from(a, registry) for a in data.get("attached", [])])
 
 
 def history_entry(data: Mapping[str, Any]) -> HistoryEntry:

@@ -2,7 +2,10 @@
 
     memos mcp --db memory --user alice [--agent assistant]
 
-The scope is fixed by the server's options; a client cannot choose another user. The tools
+The scope is fixed by the server's options; a client cannot choose another user. With
+`--agent`, the tools see that agent's records and the user's shared ones (written without an
+agent, e.g. by `memos ingest` without `--agent`); without it, the shared records alone, and
+writes are shared (`memos.store.scope`). The tools
 are the agents' own memory tools (same validation, same errors), exposed over stdio with the
 official `mcp` SDK: `memory_search`, `memory_add`, `core_block_read`, `core_memory_append`,
 `core_memory_replace`, `core_memory_rethink`, `conversation_search`. Misuse comes back as an

@@ -128,10 +128,18 @@ class Hit:
     """The record as rendered into a prompt."""
     tokens: int = 0
     """Tokens of `text` for the serving model (set when packed)."""
+    attached: list[Hit] = field(default_factory=list)
+    """The turns that complete this one in a top-k search: the reply it got (`reply_to` in
+    their parts), the other half of its exchange (`exchange`), the turn it refers back to
+    (`refers_to`); part of this hit, not counted against k (`memos.retrieval.replies`)."""
 
     @property
     def id(self) -> str:
         return self.record.id
+
+    def lines(self) -> list[str]:
+        """The hit as text: its record, then each attached turn on a line of its own marked `↳`."""
+        return [self.text or self.record.render(), *(f"  ↳ {a.record.render()}" for a in self.attached)]
 
     @property
     def source_ids(self) -> list[str]:

@@ -4,15 +4,16 @@ half of an exchange.
 A turn that asks (`房租贵吗？`, "How is the new job?") ranks high for a query about its
 subject, for it holds the subject's words, but what a caller of a `k=3` search wants is the
 answer, which is the next turn (`每个月六千五`) and often shares none of those words. So each
-of the k hits that is a question brings the reply it got right behind it, as one more hit
-marked `reply_to` (a hit's turn is a question when it ends with a question mark; the reply is
-the next turn of the same session, said by someone else, within the neighbour window).
+of the k hits that is a question carries the reply it got inside it (`Hit.attached`, marked
+`reply_to`): a k-search still returns k hits, each whole. A hit's turn is a question when it
+ends with a question mark; the reply is the next turn of the same session, said by someone
+else, within the neighbour window.
 
 Conversations also run statement, follow-up question, answer: `我跟周婷求婚了` / `什么时候的事？`
 / `上个星期六，在外滩的一家法餐厅`. The answer holds what the statement left out and none of
 its words; alone, it does not say what it is about. So a statement among the hits brings the
-answer its speaker gave to the question it drew, and such an answer brings the statement, as
-one more hit marked `exchange` (`exchange_partners`).
+answer its speaker gave to the question it drew, and such an answer brings the statement,
+attached to it and marked `exchange` (`exchange_partners`).
 
 A budgeted search already brings the turns around its best hits (`memos.retrieval.search`), so this
 is for top-k searches only. What the replies and exchanges add to a top-3 search, on the
@@ -58,9 +59,10 @@ async def session_turns(storage: Store, scope: Scope, statuses: tuple[str, ...],
 
 async def with_replies(storage: Store, scope: Scope, statuses: tuple[str, ...], window_minutes: float,
                        hits: list[Hit], turns_store: str) -> list[Hit]:
-    """`hits` with what completes each conversation turn among them right behind it (one query,
-    only when a hit is a turn): the reply to a turn that asks, and the other half of an exchange
-    (`exchange_partners`). A turn already among the hits is not repeated."""
+    """`hits`, each conversation turn among them with what completes it attached (`Hit.attached`;
+    one query, only when a hit is a turn): the reply to a turn that asks, and the other half of
+    an exchange (`exchange_partners`). Still `len(hits)` hits: what is attached belongs to its
+    hit. A turn already among the hits (or attached to one before) is not repeated."""
     anchors = [h for h in hits if h.memory_type == turns_store and getattr(h.record, "event_type", "") == "message"]
     if not anchors:
         return hits
@@ -86,15 +88,13 @@ async def with_replies(storage: Store, scope: Scope, statuses: tuple[str, ...], 
             brought.setdefault(anchor.id, []).append(Hit(turns_store, partner, anchor.score, {"exchange": 1.0}))
         if (before := antecedent(session, at)) is not None:
             brought.setdefault(anchor.id, []).append(Hit(turns_store, before, anchor.score, {"refers_to": 1.0}))
-    out: list[Hit] = []
     seen = {h.id for h in hits}
     for hit in hits:
-        out.append(hit)
         for extra in brought.get(hit.id, []):
             if extra.id not in seen:
-                out.append(extra)
+                hit.attached.append(extra)
                 seen.add(extra.id)
-    return out
+    return hits
 
 
 def reply_at(session: Sequence[Any], at: int) -> Any | None:

@@ -77,7 +77,8 @@ def hit_json(hit: Hit, count_tokens: Callable[[str], int]) -> dict[str, Any]:
     text = hit.text or hit.record.render()
     tokens = hit.tokens or count_tokens(text)
     return {"store": hit.memory_type, "score": round(hit.score, 6), "parts": {k: round(v, 6) for k, v in hit.parts.items()},
-            "text": text, "tokens": tokens, "record": record_json(hit.record)}
+            "text": text, "tokens": tokens, "record": record_json(hit.record),
+            "attached": [hit_json(a, count_tokens) for a in hit.attached]}  # the turns that complete it (memos.retrieval.replies)
 
 
 def new_record(memory: MemoryOS, store: str, body: dict[str, Any]) -> Any:

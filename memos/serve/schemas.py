@@ -103,6 +103,8 @@ class HitOut(BaseModel):
     text: str = Field(description="The record as it would be put into a prompt.")
     tokens: int = Field(description="Tokens of `text` (with a budget: what adding it cost).")
     record: RecordOut
+    attached: list[HitOut] = Field(default_factory=list, description="The turns that complete this hit: the reply it got, "
+                                   "the other half of its exchange (they do not count against k).")
 
 
 class SearchOut(BaseModel):

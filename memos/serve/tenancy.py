@@ -66,7 +66,8 @@ class ApiKey:
     """The first 12 hex digits of the key's hash: how an admin names it (never the token)."""
     user_id: str
     agent_id: str | None = None
-    """None: every agent of the user; a name: only that agent's records and core blocks."""
+    """None: every agent of the user (its writes are shared); a name: that agent's records and core
+    blocks and the user's shared ones (stored without an agent; `memos.store.scope`)."""
     name: str = ""
     clearance: Clearance = "none"
     """The most sensitive vault level this key may reveal (with approval) and whose items' secret or

@@ -1,9 +1,15 @@
 """Scopes, and the only way a LanceDB `where` clause is built.
 
-A scope is a hard partition of memory: `user_id` is always required and always filtered;
-`agent_id` and `session_id` narrow it further when given. A write stores all three (an unset
-id is stored as the empty string), a read sees exactly the records whose ids equal the ones
-the scope sets. One user's query can never see another user's records.
+A scope is a hard partition between users: `user_id` is always required and always filtered,
+so one user's query can never see another user's records. `agent_id` and `session_id` narrow
+it further when given. A write stores all three (an unset id is stored as the empty string).
+
+What a read sees (`Scope.where`, `Scope.contains`): the records of the user whose session id
+equals the scope's (when set) and, when the scope names an agent, that agent's own records
+*and the user's shared records* (stored without an agent: `memos ingest` without `--agent`,
+a user-wide key's writes). `agent_id=""` names the shared records alone; `agent_id=None` spans
+all of the user's agents. `Scope.exact_where` matches the ids exactly: what a bulk erase of
+a scope acts on, so erasing an agent never erases what the user's other agents share.
 
 Filters never interpolate raw strings. Every value passes `validate_value` (type, length,
 no NUL or control characters, valid UTF-8) and is then quoted by `sql_string`, which
@@ -80,8 +86,9 @@ class Stamp(TypedDict):
 class Scope:
     """Who a memory belongs to: a user, optionally one of their agents and one session.
 
-    `user_id` is required. A scope with `agent_id=None` spans all of the user's agents;
-    with `session_id=None` it spans all sessions. Writes store unset ids as "".
+    `user_id` is required. A scope with `agent_id=None` spans all of the user's agents; one
+    naming an agent sees that agent's records and the user's shared (agent-less) ones; with
+    `session_id=None` it spans all sessions. Writes store unset ids as "".
     """
 
     user_id: str
@@ -96,7 +103,20 @@ class Scope:
             validate_value(self.session_id, "session_id", allow_empty=True)
 
     def where(self) -> str:
-        """The scope as a safe LanceDB filter."""
+        """What this scope sees, as a safe LanceDB filter: an agent's own records and the
+        user's shared (agent-less) ones (see the module docstring)."""
+        parts = [f"user_id = {sql_string(self.user_id)}"]
+        if self.agent_id:
+            parts.append(sql_in("agent_id", [self.agent_id, ""]))
+        elif self.agent_id is not None:
+            parts.append("agent_id = ''")
+        if self.session_id is not None:
+            parts.append(f"session_id = {sql_string(self.session_id)}")
+        return " AND ".join(parts)
+
+    def exact_where(self) -> str:
+        """The records stored with exactly the ids this scope sets (an agent's own, without the
+        shared ones): for what must not reach past them, such as erasing a scope."""
         parts = [f"user_id = {sql_string(self.user_id)}"]
         if self.agent_id is not None:
             parts.append(f"agent_id = {sql_string(self.agent_id)}")
@@ -109,10 +129,10 @@ class Scope:
         return {"user_id": self.user_id, "agent_id": self.agent_id or "", "session_id": self.session_id or ""}
 
     def contains(self, user_id: str, agent_id: str, session_id: str) -> bool:
-        """True if a record with these ids is visible from this scope."""
+        """True if a record with these ids is visible from this scope (as `where`)."""
         return (
             user_id == self.user_id
-            and (self.agent_id is None or agent_id == self.agent_id)
+            and (self.agent_id is None or agent_id in (self.agent_id, ""))
             and (self.session_id is None or session_id == self.session_id)
         )
 
