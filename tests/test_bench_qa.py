@@ -194,6 +194,7 @@ async def test_an_interrupted_run_resumes_with_only_the_questions_left(tmp_path,
     assert report["questions"] == 6 and report["resumed"] == 2 and report["answered_now"] == 4 and report["correct"] == 5
     assert [r.get("key") for r in lines(out) if r["kind"] == "answer"] == [
         "conv-a#0", "conv-a#1", "conv-a#4", "conv-a#5", "conv-b#0", "conv-b#1"]
+    mem = await MemoryOS.open(store_path(out), embedder=embedder)  # a fresh look at what the run left
     for sample, turns in TURNS.items():  # conv-a not ingested twice; conv-b's half ingest replaced
         assert len(await mem.list(Scope(sample), "episodic", limit=100)) == turns
     again = await run_qa_bench(dataset, out=out, model=Answerer(fail_at=1).model, judge=Judge().model, embedder=embedder)
