@@ -24,6 +24,7 @@ from memos.memtypes import Episode
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
 from pydantic_ai.capabilities import Capability, WrapRunHandler
 from pydantic_ai.run import AgentRunResult
+from pydantic_core import to_json
 
 from memos import prompts
 from memos.context.session import MemorySession
@@ -31,12 +32,12 @@ from memos.exceptions import ConfigError
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 
-from .chat import Approver, _scrub_revealed
+from .chat import Approver, scrub_revealed
 from .deps import MemoryDeps
 from .manager import ACTOR, MemoryManager
 from .tools import ALL_TOOL_NAMES, memory_toolset
 
-__all__ = ["READ_TOOLS", "VAULT_TOOLS", "WRITE_TOOLS", "MemosCapability", "MemosInstructions", "memory_capability"]
+__all__ = ["MemosCapability", "MemosInstructions", "READ_TOOLS", "VAULT_TOOLS", "WRITE_TOOLS", "choose_tools", "memory_capability"]
 
 log = logging.getLogger("memos.agents")
 
@@ -112,8 +113,8 @@ class MemosCapability(Capability[Any]):
         result = await handler()
         output = result.output
         if self.record_turns and asked is not None and not isinstance(output, DeferredToolRequests):
-            text = output if isinstance(output, str) else repr(output)
-            answer = await self.session.record_turn("assistant", _scrub_revealed(text, result.all_messages()), actor=self.actor)
+            text = output if isinstance(output, str) else to_json(output).decode()  # structured output: as JSON
+            answer = await self.session.record_turn("assistant", scrub_revealed(text, result.all_messages()), actor=self.actor)
             if self.manager is not None:
                 await self._manage([asked, answer])
         return result
