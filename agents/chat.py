@@ -45,7 +45,7 @@ from .deps import MemoryDeps
 from .manager import ManagerReport, MemoryManager
 from .tools import memory_toolset
 
-__all__ = ["Approver", "ChatAgent", "ManagerBatch", "TurnReport", "history_messages"]
+__all__ = ["Approver", "ChatAgent", "ManagerBatch", "TurnReport", "history_messages", "scrub_revealed"]
 
 log = logging.getLogger("memos.agents")
 
@@ -75,7 +75,7 @@ class ManagerBatch:
     """The last failure, as `Type: message`."""
 
 
-def _scrub_revealed(reply: str, messages: list[ModelMessage]) -> str:
+def scrub_revealed(reply: str, messages: list[ModelMessage]) -> str:
     """The reply as the recall log keeps it: an approved vault reveal is shown to the user, never stored."""
     for message in messages:
         for part in message.parts:
@@ -180,7 +180,7 @@ class ChatAgent:
                                      deferred_tool_results=decisions, usage_limits=self.usage_limits)
             requests += result.usage.requests
         reply = result.output if isinstance(result.output, str) else "(a tool call is still waiting for approval)"
-        answer = await session.record_turn("assistant", _scrub_revealed(reply, result.all_messages()), actor=self.name)
+        answer = await session.record_turn("assistant", scrub_revealed(reply, result.all_messages()), actor=self.name)
         calls = [p.tool_name for m in result.new_messages() if isinstance(m, ModelResponse)
                  for p in m.parts if isinstance(p, ToolCallPart)]
         self.last = TurnReport(reply=reply, context=context, requests=requests, tool_calls=calls)

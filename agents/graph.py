@@ -15,7 +15,7 @@ from memos.memtypes.entity import normal_name
 from pydantic_ai import ModelRetry
 from pydantic_ai.toolsets import FunctionToolset
 
-from memos.exceptions import MemosError
+from memos.exceptions import MemosError, RecordNotFoundError
 from memos.graph.entities import ENTITY_COLUMNS, GraphView
 from memos.graph.extraction import query_names
 from memos.memory import MemoryOS
@@ -103,9 +103,11 @@ def add_graph_tools(toolset: FunctionToolset[Any], deps: MemoryDeps) -> None:
         when = parse_when(at, "at")
         try:
             hood = await memory.graph.neighbourhood(deps.read_scope, name, at=when)
-        except MemosError as exc:
+        except RecordNotFoundError as exc:  # not found is an answer, not a misuse
             known = [e.name for e in await memory.graph.entities(deps.read_scope)][:30]
-            raise ModelRetry(f"{exc}; known entities include {known}") from None
+            return f"{exc}; known entities include {known}"
+        except MemosError as exc:
+            raise ModelRetry(str(exc)) from None
         lines = [hood.render()]
         lines += [f"(relation {r.id}) {r.render()}" for r in hood.relations]
         return "\n".join(lines)

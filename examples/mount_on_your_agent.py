@@ -1,4 +1,4 @@
-"""Mount memos on your own pydantic-ai agent (a capability: instructions + memory tools).
+"""Mount memos on your own pydantic-ai agent (a capability: instructions, chosen memory tools, recorded turns).
 
     python examples/mount_on_your_agent.py                    # scripted model, offline
     python examples/mount_on_your_agent.py --model openai:gpt-4o-mini
@@ -33,11 +33,13 @@ async def main(model: object, path: str) -> str:
     alice = Scope("alice", "travel-helper")
     await memory.add(alice, Fact(subject="Alice", summary="Alice's flight to Oslo leaves 3 March at 07:40"))
 
-    memos = await memory_capability(memory, Scope("alice", "travel-helper", "chat"))
+    chat = Scope("alice", "travel-helper", "chat")
+    memos = await memory_capability(memory, chat, tools="write")  # default "read": search only; vault=True, manager=...
     agent = Agent(model, capabilities=[memos], instructions="You are Alice's travel helper.")  # your agent
     result = await agent.run("When is my flight? And please remember I like window seats.")
     print(result.output)
     print("semantic memory now:", [f.summary for f in await memory.list(alice, "semantic")])
+    print("recorded turns:", [t.summary for t in await memory.list(chat, "episodic")])
     return result.output
 
 

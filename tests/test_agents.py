@@ -196,7 +196,7 @@ async def test_mounting_memory_on_a_plain_user_agent_reads_and_writes(mem):
             return tool("memory_insert", store="semantic", fields={"subject": "Alice", "summary": "Alice wants a window seat"})
         return ModelResponse(parts=[TextPart("saved")])
 
-    capability = await memory_capability(mem, Scope("alice", "helper", "s1"))
+    capability = await memory_capability(mem, Scope("alice", "helper", "s1"), tools="write")
     user_agent = Agent(FunctionModel(model), capabilities=[capability], instructions="You are Alice's travel helper.")
     result = await user_agent.run("When is my flight? Also I want a window seat.")
     assert result.output == "saved"
@@ -205,7 +205,7 @@ async def test_mounting_memory_on_a_plain_user_agent_reads_and_writes(mem):
     facts = {f.summary for f in await mem.list(Scope("alice"), "semantic")}
     assert "Alice wants a window seat" in facts
     turns = await mem.list(Scope("alice", "helper", "s1"), "episodic")
-    assert [t.summary for t in turns] == ["When is my flight? Also I want a window seat."]
+    assert sorted(t.summary for t in turns) == ["When is my flight? Also I want a window seat.", "saved"]
 
 
 async def test_vault_reveal_needs_approval_and_never_leaks_otherwise(mem, tmp_path):
