@@ -70,7 +70,7 @@ async function loadSessions() {
   $("sessions").replaceChildren(...data.sessions.map((s) => {
     const item = el("li", { class: "session" + (s.session_id === session ? " open" : ""), "data-session": s.session_id },
       el("span", { text: s.session_id }),
-      el("span", { class: "num", text: `${s.turns} turns · ${new Date(s.last_at).toLocaleString()}` }));
+      el("span", { class: "num", text: `${s.turns} turn${s.turns === 1 ? "" : "s"} · ${new Date(s.last_at).toLocaleString()}` }));
     item.addEventListener("click", () => { $("session").value = s.session_id; refresh(); });
     return item;
   }));
