@@ -19,8 +19,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from memos.context.core_memory import CoreMemory
-from memos.exceptions import InvalidFilterError, InvalidRecordError
 from memos.context.session import MemorySession
+from memos.exceptions import InvalidFilterError, InvalidRecordError
 from memos.memory import MemoryOS
 from memos.portability import export_scope, forget_user
 from memos.retrieval.ranking import Hit
