@@ -20,10 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from memos.context.core_memory import CoreMemory
 from memos.context.session import MemorySession
+from memos.exceptions import InvalidFilterError, InvalidRecordError
 from memos.memory import MemoryOS
 from memos.portability import export_scope, forget_user
 from memos.retrieval.ranking import Hit
 from memos.store.scope import Scope
+from memos.validation import check_text
 
 from .deps import Caller, CallerDep
 from .errors import ApiError
@@ -105,17 +107,33 @@ async def add_record(caller: CallerDep, store: Store, body: RecordBody,
     return record_json(added)
 
 
-@router.get("/stores/{store}", tags=["records"], response_model=RecordList, summary="List a store's records (oldest first).")
+@router.get("/stores/{store}", tags=["records"], response_model=RecordList, summary="List a store's records (oldest first), filtered by status, tags, time range or text.")
 async def list_records(
     caller: CallerDep, store: Store,
     status: Annotated[Literal["active", "superseded", "archived", "all"], Query()] = "active",
     tags: Annotated[list[str] | None, Query(max_length=20)] = None,
     since: datetime | None = None, until: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
+    contains: Annotated[str | None, Query(max_length=500, description="Only records whose rendered text holds this "
+                                                                       "(case-insensitive; a vault secret is never matched).")] = None,
 ) -> dict[str, Any]:
     statuses = ("active", "superseded", "archived") if status == "all" else status
-    records = await caller.memory.list(caller.scope, store, status=statuses, tags=tags, since=since, until=until, limit=limit)
+    needle = _needle(contains)
+    records = await caller.memory.list(caller.scope, store, status=statuses, tags=tags, since=since, until=until,
+                                       limit=None if needle else limit)
+    if needle:
+        records = [r for r in records if needle in r.render().casefold()][:limit]
     return {"store": store, "records": [record_json(r) for r in records]}
+
+
+def _needle(contains: str | None) -> str | None:
+    """The text filter, matched in Python (never built into a store filter); bad Unicode is a 400."""
+    if not contains:
+        return None
+    try:
+        return check_text(contains, "contains", limit=500).casefold()
+    except InvalidRecordError as exc:
+        raise InvalidFilterError(str(exc)) from None
 
 
 @router.get("/stores/{store}/{record_id}", tags=["records"], response_model=RecordOut, summary="One record.")

@@ -1,4 +1,4 @@
-"""What the web view reads (`/v1/stores`, `/v1/timeline`, `/v1/context`, `/v1/graph`, `/v1/events`), the view itself (`/ui`)
+"""What the web view reads (`/v1/stores`, `/v1/sessions`, `/v1/timeline`, `/v1/context`, `/v1/graph`, `/v1/events`), the view itself (`/ui`)
 and the API reference (`/docs`, rendered in the browser from `/openapi.json` by the package's own page).
 
 All of it is the caller's scope through the facade, like the rest of the API: the view is
@@ -18,7 +18,7 @@ from memos.context.session import MemorySession
 from ._routes_memory import record_json
 from .deps import CallerDep
 from .events import sse_lines
-from .schemas import ERRORS, ContextOut, GraphOut, StoresOut, TimelineOut
+from .schemas import ERRORS, ContextOut, GraphOut, SessionsOut, StoresOut, TimelineOut
 from .tenancy import RECHECK_SECONDS
 
 __all__ = ["GRAPH_TYPES", "STATIC", "router"]
@@ -41,6 +41,23 @@ async def stores(caller: CallerDep) -> dict[str, Any]:
                     "fields": record_type.content_fields(), "secret_fields": list(record_type.secret_fields),
                     "searched_by_default": name in memory.searchable_types})
     return {"user_id": caller.key.user_id, "agent_id": caller.key.agent_id, "stores": out}
+
+
+@router.get("/v1/sessions", tags=["view"], response_model=SessionsOut,
+            summary="The caller's conversation sessions, latest first, with their turn counts and first and last times.")
+async def sessions(caller: CallerDep, limit: Annotated[int, Query(ge=1, le=1_000)] = 100) -> dict[str, Any]:
+    turns = await caller.memory.list(caller.scope, "episodic", status=("active", "superseded", "archived"), tags=[_TURN_TAG],
+                                     limit=None)
+    found: dict[str, dict[str, Any]] = {}
+    for turn in turns:  # oldest first: the last one seen is a session's latest
+        if not turn.session_id:
+            continue
+        at = turn.event_time()
+        entry = found.setdefault(turn.session_id, {"session_id": turn.session_id, "turns": 0, "first_at": at, "last_at": at})
+        entry["turns"] += 1
+        entry["first_at"], entry["last_at"] = min(entry["first_at"], at), max(entry["last_at"], at)
+    latest = sorted(found.values(), key=lambda s: (s["last_at"], s["session_id"]), reverse=True)
+    return {"sessions": latest[:limit]}
 
 
 @router.get("/v1/timeline", tags=["view"], response_model=TimelineOut,

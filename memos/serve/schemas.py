@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "AuditEntryOut", "AuditOut", "BlockOut", "BlocksOut", "ChatOut", "ContextOut", "ContextSummary", "Deleted", "ERRORS", "ErrorDetail", "ErrorOut",
     "ExtractionRef", "ForgetOut", "GraphEdge", "GraphNode", "GraphOut", "HealthOut", "HistoryEntryOut", "HistoryOut", "HitOut",
-    "IngestOut", "JobOut", "JobsOut", "KeyOut", "KeysOut", "MessagesOut", "NewKeyOut", "PagedIn", "Produced", "RecordList", "RecordOut", "RecordsOut",
-    "Revealed", "Revoked", "SearchOut", "StoreInfo", "StoresOut", "TimelineOut", "TurnOut",
+    "IngestOut", "JobOut", "JobsOut", "KeyOut", "KeysOut", "MessagesOut", "NewKeyOut", "PagedIn", "Produced", "RecordList", "RecordOut",
+    "RecordsOut", "Revealed", "Revoked", "SearchOut", "SessionOut", "SessionsOut", "StoreInfo", "StoresOut", "TimelineOut", "TurnOut",
 ]
 
 
@@ -266,6 +266,21 @@ class TimelineOut(BaseModel):
     """The newest turns, each with the records made from it."""
 
     turns: list[TurnOut]
+
+
+class SessionOut(BaseModel):
+    """One conversation session: how many turns it holds and when the first and last were said."""
+
+    session_id: str
+    turns: int
+    first_at: datetime
+    last_at: datetime
+
+
+class SessionsOut(BaseModel):
+    """The caller's sessions, the latest (by its last turn) first."""
+
+    sessions: list[SessionOut]
 
 
 class PagedIn(BaseModel):
