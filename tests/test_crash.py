@@ -34,6 +34,10 @@ WRITER = textwrap.dedent('''
 ''')
 
 
+KILLS = int(os.environ.get("MEMOS_STRESS_KILLS", "8"))
+"""Kills per run: 8 in the suite (each restart costs a process start); `MEMOS_STRESS_KILLS=50` runs longer."""
+
+
 def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path: Path):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
@@ -42,7 +46,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path: Path):
     rng = random.Random(11)
     kills = 0
     next_id = 0
-    while kills < 20:
+    while kills < KILLS:
         proc = subprocess.Popen([sys.executable, str(script), str(db), str(side), str(next_id)],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
         assert proc.stdout.readline().strip() == b"ready"
