@@ -9,6 +9,7 @@
 #     bash docs/embedder_device_bench.sh [DATASET.json] > $OUT/embedder.log 2>&1
 # Reports (JSON) go to ${OUT:-.}/embedder-*.json; docs/benchmarks.md says what to compare.
 set -euo pipefail
+PY=${PY:-python3}
 MODEL=${MODEL:-bench-model}
 OUTDIR=${OUT:-.}
 DATA=()
@@ -16,10 +17,10 @@ if [ $# -ge 1 ]; then DATA=(--dataset "$1"); fi
 WEIGHTS=(--model-dir "$MODEL" --random-weights)
 if [ -f "$MODEL/model.safetensors" ]; then WEIGHTS=(--model-dir "$MODEL"); fi
 export MEMOS_ENCODER_WORKERS=
-nproc; python -c "import torch; print(torch.__version__, torch.cuda.is_available())"
+nproc; "$PY" -c "import torch; print(torch.__version__, torch.cuda.is_available())"
 # CPU: one process by BLAS threads, then the pool by workers (one BLAS thread each)
-python -m memos.bench.embedder "${DATA[@]}" "${WEIGHTS[@]}" --workers 1 --threads 1,2,4,8,16 --json "$OUTDIR/embedder-threads.json"
-python -m memos.bench.embedder "${DATA[@]}" "${WEIGHTS[@]}" --workers 2,4,8,16 --threads 1 --json "$OUTDIR/embedder-pool.json"
-python -m memos.bench.embedder "${DATA[@]}" "${WEIGHTS[@]}" --workers 16 --threads 1 --pool thread --json "$OUTDIR/embedder-pool-threads.json"
+"$PY" -m memos.bench.embedder "${DATA[@]}" "${WEIGHTS[@]}" --workers 1 --threads "${THREADS:-1,2,4,8,16}" --json "$OUTDIR/embedder-threads.json"
+"$PY" -m memos.bench.embedder "${DATA[@]}" "${WEIGHTS[@]}" --workers "${WORKERS:-2,4,8,16}" --threads 1 --json "$OUTDIR/embedder-pool.json"
+"$PY" -m memos.bench.embedder "${DATA[@]}" "${WEIGHTS[@]}" --workers 16 --threads 1 --pool thread --json "$OUTDIR/embedder-pool-threads.json"
 # GPU: fp16 in batches of 256 and 1,024 texts (the first row is the numpy reference; min_cosine against it)
-python -m memos.bench.embedder "${DATA[@]}" "${WEIGHTS[@]}" --device cuda --gpu-batch 256,1024 --passes 3 --json "$OUTDIR/embedder-gpu.json"
+"$PY" -m memos.bench.embedder "${DATA[@]}" "${WEIGHTS[@]}" --device cuda --gpu-batch 256,1024 --passes 3 --json "$OUTDIR/embedder-gpu.json"
