@@ -8,7 +8,7 @@
 # Then on the device machine, from the repository root:
 #     bash docs/embedder_device_bench.sh [DATASET.json] > $OUT/embedder.log 2>&1
 # Reports (JSON) go to ${OUT:-.}/embedder-*.json; docs/benchmarks.md says what to compare.
-set -euo pipefail
+set -uo pipefail  # each measurement runs even if one before it failed
 PY=${PY:-python3}
 MODEL=${MODEL:-bench-model}
 OUTDIR=${OUT:-.}
