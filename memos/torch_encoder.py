@@ -17,14 +17,38 @@ import numpy as np
 
 from .sentence_encoder import SentenceEncoder, length_batches
 
-__all__ = ["TorchSentenceEncoder"]
+__all__ = ["TorchSentenceEncoder", "cpu_has_bf16", "cpu_dtype_name"]
+
+_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+"""CPU flags (as /proc/cpuinfo names them) of native bfloat16 matrix products."""
+
+
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """True where the CPU multiplies bfloat16 natively (AMX or AVX-512 BF16, as /proc/cpuinfo
+    says; elsewhere torch would emulate it, slower than float32)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+                cpuinfo = handle.read()
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return any(flag in flags for flag in _BF16_FLAGS)
+
+
+def cpu_dtype_name(cpuinfo: str | None = None) -> str:
+    """The dtype the torch encoder uses on this CPU: bfloat16 where it is native, else float32."""
+    return "bfloat16" if cpu_has_bf16(cpuinfo) else "float32"
 
 
 class TorchSentenceEncoder:
     """`encode(texts)` as `SentenceEncoder.encode`, on a torch `device` in `dtype`.
 
     `dtype` None: float16 on CUDA, float32 elsewhere (CPU half precision is slow and is for
-    checks only). A GPU takes far larger batches than the CPU: `batch_size` texts and
+    checks only); a name ("bfloat16", "float32", "float16") is taken as torch's dtype of that name. A GPU takes far larger batches than the CPU: `batch_size` texts and
     `batch_tokens` padded tokens a batch, by default 512 and 65,536 there (attention runs in
     torch's fused kernel, which never holds a batch's full score matrix) and the numpy
     encoder's limits on the CPU."""
@@ -36,6 +60,8 @@ class TorchSentenceEncoder:
         self._torch = torch
         self.encoder = encoder
         self.device = torch.device(device)
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
         self.dtype = dtype if dtype is not None else (torch.float16 if self.device.type == "cuda" else torch.float32)
         self.dim = encoder.dim
         on_gpu = self.device.type != "cpu"

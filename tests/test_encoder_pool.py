@@ -137,3 +137,32 @@ def test_a_gpu_that_is_not_there_is_a_config_error():
         pytest.skip("a CUDA device is here")
     with pytest.raises(ConfigError, match="cannot run on 'cuda'"):
         local_embedder(device="cuda").embedder.encode(["hello"])
+
+
+def test_bfloat16_is_chosen_only_where_the_cpu_multiplies_it_natively():
+    from memos.torch_encoder import cpu_dtype_name, cpu_has_bf16
+
+    sapphire = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+    ice_lake = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n"
+    assert cpu_has_bf16(sapphire) and cpu_dtype_name(sapphire) == "bfloat16"
+    assert not cpu_has_bf16(ice_lake) and cpu_dtype_name(ice_lake) == "float32"
+    assert cpu_dtype_name("") == "float32"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed (memos-memory[gpu])")
+def test_the_torch_cpu_device_gives_the_numpy_encoders_vectors(embedder, texts):
+    import torch
+
+    from memos.embeddings import TORCH_CPU
+    from memos.torch_encoder import TorchSentenceEncoder, cpu_dtype_name
+
+    encoder = local_encoder()
+    sample = texts[:24] + ["我们下周三在上海见面", ""]
+    expected = encoder.encode(sample)
+    chosen = local_embedder(device=TORCH_CPU).embedder
+    backend = chosen.backend()
+    assert isinstance(backend, TorchSentenceEncoder) and backend.device.type == "cpu"
+    assert backend.dtype == getattr(torch, cpu_dtype_name())
+    assert _cosines(chosen.encode(sample), expected).min() >= 0.999
+    bf16 = TorchSentenceEncoder(encoder, "cpu", dtype="bfloat16").encode(sample[:8])
+    assert _cosines(bf16, expected[:8]).min() >= 0.999

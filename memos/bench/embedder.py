@@ -81,6 +81,7 @@ def export_model(model_dir: Path, dest: Path) -> Path:
 def run_embedder_bench(texts: Sequence[str], model_dir: Path, *, device: str = "cpu", workers: Sequence[int] = (1,),
                        threads: Sequence[int] = (1,), gpu_batches: Sequence[int] = (256, 1024), passes: int = 2,
                        call: int = 1024, kind: str = "process", random_weights: bool = False,
+                       dtypes: Sequence[str] | None = None,
                        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Texts/s of each configuration (the best of `passes`), and its vectors against the first's."""
     import numpy as np
@@ -120,8 +121,9 @@ def run_embedder_bench(texts: Sequence[str], model_dir: Path, *, device: str = "
                     from memos.torch_encoder import TorchSentenceEncoder
 
                     torch.set_num_threads(t)
-                    measure({"device": "torch-cpu", "workers": 1, "threads": t, "dtype": "float32"},
-                            TorchSentenceEncoder(encoder, "cpu").encode)
+                    for name in dtypes or ["float32"]:
+                        measure({"device": "torch-cpu", "workers": 1, "threads": t, "dtype": name},
+                                TorchSentenceEncoder(encoder, "cpu", dtype=name).encode)
                     continue
                 if w <= 1:
                     measure({"device": "cpu", "workers": 1, "threads": t}, encoder.encode)
@@ -148,6 +150,15 @@ def run_embedder_bench(texts: Sequence[str], model_dir: Path, *, device: str = "
             "rows": rows}
 
 
+def _names(value: str) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if "auto" in names:
+        from memos.torch_encoder import cpu_dtype_name
+
+        names = [cpu_dtype_name() if n == "auto" else n for n in names]
+    return names
+
+
 def _ints(value: str) -> list[int]:
     return [int(v) for v in value.split(",") if v.strip()]
 
@@ -160,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--workers", type=_ints, default=[1], help="Pool sizes to measure, e.g. 1,2,4,8,16 (cpu).")
     parser.add_argument("--threads", type=_ints, default=[1], help="BLAS threads per worker, e.g. 1,2 (cpu).")
     parser.add_argument("--gpu-batch", type=_ints, default=[256, 1024], help="Texts per GPU batch to measure.")
+    parser.add_argument("--dtype", type=_names, default=None,
+                        help="torch-cpu: dtypes to measure, e.g. float32,bfloat16 ('auto': bfloat16 where the CPU has it).")
     parser.add_argument("--pool", default="process", choices=("process", "thread"), help="Workers as processes or threads.")
     parser.add_argument("--passes", type=int, default=2, help="Timed passes; the best is reported.")
     parser.add_argument("--call", type=int, default=1024, help="Texts an encode call (ingest hands over 1,024).")
@@ -177,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     texts = dataset_texts(args.dataset, args.limit)
     report = run_embedder_bench(texts, args.model_dir, device=args.device, workers=args.workers, threads=args.threads,
-                                gpu_batches=args.gpu_batch, passes=args.passes, call=args.call, kind=args.pool,
+                                gpu_batches=args.gpu_batch, passes=args.passes, call=args.call, kind=args.pool, dtypes=args.dtype,
                                 random_weights=args.random_weights, progress=lambda line: print(line, file=sys.stderr))
     text = json.dumps(report, indent=2)
     if args.json_out == "-":

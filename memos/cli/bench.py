@@ -133,6 +133,8 @@ def embedder_bench(
     pool: Annotated[str, typer.Option(help="Workers as 'process' or 'thread'.")] = "process",
     passes: Annotated[int, typer.Option(min=1, max=10, help="Timed passes; the best is reported.")] = 2,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N texts.")] = None,
+    call: Annotated[int, typer.Option(min=1, help="Texts an encode call (ingest hands over 1,024).")] = 1024,
+    dtype: Annotated[str | None, typer.Option(help="torch-cpu: dtypes, e.g. float32,bfloat16 or auto.")] = None,
     model_dir: Annotated[Path | None, typer.Option(help="The model folder (default: the installed MiniLM weights).")] = None,
     random_weights: Annotated[bool, typer.Option("--random-weights", help="Random weights of the model's shapes.")] = False,
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
@@ -146,7 +148,8 @@ def embedder_bench(
     if dataset is not None and not dataset.exists():
         fail(f"{dataset} does not exist")
     argv = ["--device", device, "--workers", workers, "--threads", threads, "--gpu-batch", gpu_batch, "--pool", pool,
-            "--passes", str(passes), "--json", json_out]
+            "--passes", str(passes), "--call", str(call), "--json", json_out]
+    argv += ["--dtype", dtype] if dtype else []
     argv += ["--dataset", str(dataset)] if dataset else []
     argv += ["--limit", str(limit)] if limit else []
     argv += ["--model-dir", str(model_dir)] if model_dir else []
