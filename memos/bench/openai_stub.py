@@ -9,7 +9,9 @@ once `fail_after` requests were answered; it counts requests in flight. A chat r
 offers an output tool (pydantic-ai's structured output, e.g. the memory manager's plan) gets a
 call of it with `{"actions": []}`; any other gets a short text reply. Every request body is kept
 in `requests` (`keep_requests=False`: not kept, for benchmarks). Connections are kept alive
-(HTTP/1.1), as real servers keep them.
+(HTTP/1.1), and a request for `encoding_format: "base64"` (the openai client's default) gets
+little-endian float32s in base64, as OpenAI, vLLM and llama.cpp answer it (`base64=False`: floats
+anyway, as a server that ignores the field does).
 
 `serve_stub()` serves it in a thread of this process (tests); `python -m memos.bench.openai_stub
 [--latency-ms 20 --rate-429 0.1 ...]` prints its base URL and serves until killed (`memos bench
@@ -19,9 +21,11 @@ embedder --remote-stub` runs it so, in a process of its own).
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import math
+import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -45,6 +49,7 @@ def stub_vector(text: str, dim: int = STUB_DIM) -> list[float]:
 class _Handler(BaseHTTPRequestHandler):
     server: _StubServer
     protocol_version = "HTTP/1.1"  # keep-alive: a client reuses its connections
+    disable_nagle_algorithm = True  # a reply in two writes (head, body) is not held back for an ACK
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
@@ -109,9 +114,11 @@ class _Handler(BaseHTTPRequestHandler):
             inputs = [inputs] if isinstance(inputs, str) else inputs
             with server.lock:
                 server.batch_sizes.append(len(inputs))
+            vectors: list[Any] = [stub_vector(t, server.dim) for t in inputs]
+            if server.base64 and body.get("encoding_format") == "base64":
+                vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
             self._send(200, {"object": "list", "model": body.get("model", "stub"), "usage": {"prompt_tokens": 1, "total_tokens": 1},
-                             "data": [{"object": "embedding", "index": i, "embedding": stub_vector(t, server.dim)}
-                                      for i, t in enumerate(inputs)]})
+                             "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]})
         finally:
             with server.lock:
                 server.in_flight -= 1
@@ -132,10 +139,10 @@ class _StubServer(ThreadingHTTPServer):
 
     def setup_embeddings(self, *, latency_s: float = 0.0, reject_every: int = 0, reject_rate: float = 0.0,
                          retry_after_s: float = 1.0, retry_after_ms: int | None = None, fail_after: int | None = None,
-                         dim: int = STUB_DIM) -> None:
+                         dim: int = STUB_DIM, base64: bool = True) -> None:
         """How `/v1/embeddings` behaves (see the module docstring); resets its counters."""
         self.lock = threading.Lock()
-        self.latency_s, self.fail_after, self.dim = latency_s, fail_after, dim
+        self.latency_s, self.fail_after, self.dim, self.base64 = latency_s, fail_after, dim, base64
         self.reject_rate = 1 / reject_every if reject_every else reject_rate
         self.retry_after_s, self.retry_after_ms = retry_after_s, retry_after_ms
         self.calls = self.in_flight = self.max_in_flight = self.rejected = 0
@@ -148,10 +155,10 @@ class _StubServer(ThreadingHTTPServer):
         return rate > 0 and math.floor(call * rate + 1e-9) > math.floor((call - 1) * rate + 1e-9)
 
     def stats(self) -> dict[str, Any]:
-        """The embeddings counters: requests, 429s, most in flight, texts embedded."""
+        """The embeddings counters: requests, 429s, most in flight, texts embedded; the CPU seconds the stub's process used."""
         with self.lock:
             return {"requests": self.calls, "rejected": self.rejected, "max_in_flight": self.max_in_flight,
-                    "answered": len(self.batch_sizes), "texts": sum(self.batch_sizes)}
+                    "answered": len(self.batch_sizes), "texts": sum(self.batch_sizes), "cpu_s": time.process_time()}
 
 
 @contextmanager
@@ -179,11 +186,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--retry-after", type=float, default=1.0, help="The 429's Retry-After, in seconds.")
     parser.add_argument("--retry-after-ms", type=int, help="Also send retry-after-ms (OpenAI's header; it wins).")
     parser.add_argument("--dim", type=int, default=STUB_DIM, help="The vectors' dimension.")
+    parser.add_argument("--floats-only", action="store_true", help="Ignore encoding_format: base64 (floats always).")
     args = parser.parse_args(argv)
     with serve_stub(port=args.port) as stub:
         stub.keep_requests = False
         stub.setup_embeddings(latency_s=args.latency_ms / 1000, reject_rate=args.rate_429, retry_after_s=args.retry_after,
-                              retry_after_ms=args.retry_after_ms, dim=args.dim)
+                              retry_after_ms=args.retry_after_ms, dim=args.dim, base64=not args.floats_only)
         print(stub.url, flush=True)
         threading.Event().wait()
 
