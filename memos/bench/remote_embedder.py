@@ -173,7 +173,6 @@ def run_remote_bench(dataset: Path | None = None, *, limit: int | None = None, s
     texts = dataset_texts(dataset, limit)
     import pydantic_ai.models
 
-    pydantic_ai.models.ALLOW_MODEL_REQUESTS = True  # the stub is on loopback: no network is reached
     report: dict[str, Any] = {"stub": {**vars(stub), "batch": batch}, "in_flight": policy.max_in_flight,
                               "retries_allowed": policy.retries, "call": call or "all", "dataset": str(dataset) if dataset else "synthetic"}
     with stub_process(stub) as url:
@@ -186,5 +185,10 @@ def run_remote_bench(dataset: Path | None = None, *, limit: int | None = None, s
                 with tempfile.TemporaryDirectory(prefix="memos-remote-bench-") as tmp:
                     report["ingest"] = await _ingest_phase(embedder, url, _conversations(dataset, limit), Path(tmp) / "db")
 
-        asyncio.run(phases())
+        allowed = pydantic_ai.models.ALLOW_MODEL_REQUESTS
+        pydantic_ai.models.ALLOW_MODEL_REQUESTS = True  # the stub is on loopback: no network is reached
+        try:
+            asyncio.run(phases())
+        finally:
+            pydantic_ai.models.ALLOW_MODEL_REQUESTS = allowed
     return report
