@@ -88,7 +88,7 @@ async def _with_retries(call: Batch, batch: list[str], policy: RequestPolicy, na
                         sleep: Callable[[float], Awaitable[Any]]) -> list[list[float]]:
     for attempt in range(policy.retries + 1):
         try:
-            vectors = [list(v) for v in await call(batch)]
+            vectors = [v if type(v) is list else list(v) for v in await call(batch)]  # no copy of a list
         except Exception as exc:  # the provider's own error type; only transient ones are tried again
             if not transient(exc):
                 raise

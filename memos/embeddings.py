@@ -127,7 +127,7 @@ class TextEmbedder:
         return outcomes
 
     def _checked(self, vector: Any) -> list[float]:
-        vector = list(vector)
+        vector = vector if type(vector) is list else list(vector)
         if len(vector) != self.dim:
             raise ConfigError(f"embedder {self.name} returned a {len(vector)}-d vector; expected {self.dim}")
         return vector
