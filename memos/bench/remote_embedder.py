@@ -144,7 +144,8 @@ def _conversations(dataset: Path | None, limit: int | None) -> list[tuple[str, l
 
 async def _ingest_phase(embedder: TextEmbedder, url: str, conversations: list[tuple[str, list[Any]]],
                         db: Path) -> dict[str, Any]:
-    from memos import MemoryOS, Scope
+    from memos.memory import MemoryOS
+    from memos.store.scope import Scope
 
     mem = await MemoryOS.open(db, embedder=embedder)
     before = stub_stats(url)
