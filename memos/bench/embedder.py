@@ -208,8 +208,8 @@ def _remote(args: argparse.Namespace) -> None:
 
     stub = StubSettings(latency_ms=args.latency_ms, rate_429=args.rate_429, retry_after=args.retry_after,
                         retry_after_ms=args.retry_after_ms, dim=args.dim, floats_only=args.floats_only)
-    report = run_remote_bench(args.dataset, limit=args.limit, stub=stub, batch=args.batch, in_flight=args.in_flight,
-                              call=args.call or 0, ingest=not args.no_ingest)
+    report = run_remote_bench(dataset_texts(args.dataset, args.limit), args.dataset, limit=args.limit, stub=stub,
+                              batch=args.batch, in_flight=args.in_flight, call=args.call or 0, ingest=not args.no_ingest)
     text = json.dumps(report, indent=2)
     if args.json_out == "-":
         print(text)

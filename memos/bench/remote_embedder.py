@@ -3,13 +3,14 @@
     memos bench embedder --remote-stub [--latency-ms 20] [--batch 64] [--rate-429 0.1] [--in-flight 8]
                          [--retry-after 1] [--dim 384] [--dataset locomo.json] [--no-ingest]
 
-Starts the loopback OpenAI-compatible stub (`memos.bench.openai_stub`) in a process of its own on
-127.0.0.1, then (1) embeds the dataset's texts with a `TextEmbedder` on pydantic-ai's OpenAI
-embedding model, as a user's "openai-compatible server" embedder is, all in one call (or in calls
-of `--call` texts: ingest hands over 1,024), and (2) ingests the dataset's conversations with `MemoryOS.ingest` into
-a LanceDB store in a temp dir. Each phase reports texts (turns) per second, requests, 429s and
-retries the server saw, the CPU seconds the client and the stub used, and `lost`: texts without their own vector at the end (the stub's vector
-is a hash of the text, so a vector that came back for another text counts as lost too).
+Starts the loopback OpenAI-compatible stub (`memos.bench.openai_stub`) in a process of its own
+on 127.0.0.1, then (1) embeds the dataset's texts with a `TextEmbedder` on pydantic-ai's OpenAI
+embedding model, as a user's "openai-compatible server" embedder is, all in one call (or in
+calls of `--call` texts: ingest hands over 1,024), and (2) ingests the dataset's conversations
+with `MemoryOS.ingest` into a LanceDB store in a temp dir. Each phase reports texts (turns) per
+second, requests, 429s and retries the server saw, the CPU seconds the client and the stub
+used, and `lost`: texts without their own vector at the end (the stub's vector is a hash of the
+text, so a vector that came back for another text counts as lost too).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memos.bench.embedder import dataset_texts
 from memos.bench.openai_stub import stub_vector
 from memos.embed_requests import RequestPolicy
 from memos.embeddings import TextEmbedder
@@ -126,8 +126,8 @@ async def _embed_phase(embedder: TextEmbedder, url: str, texts: list[str], call:
             **_counts(url, before, batches), "lost": _lost(texts, vectors, embedder.dim)}
 
 
-def _conversations(dataset: Path | None, limit: int | None) -> list[tuple[str, list[Any]]]:
-    """(scope name, messages) per conversation: a LOCOMO file's samples, else one of the texts."""
+def _conversations(texts: Sequence[str], dataset: Path | None, limit: int | None) -> list[tuple[str, list[Any]]]:
+    """(scope name, messages) per conversation: a LOCOMO file's samples, else one of `texts`."""
     if dataset is not None and dataset.suffix == ".json" and '"conversation"' in dataset.read_text(encoding="utf-8")[:100_000]:
         from memos.bench.locomo import load_locomo
 
@@ -139,7 +139,7 @@ def _conversations(dataset: Path | None, limit: int | None) -> list[tuple[str, l
             if left is not None and (left := left - len(messages)) <= 0:
                 break
         return out
-    return [("bench", [{"actor": "user", "text": t} for t in dataset_texts(dataset, limit)])]
+    return [("bench", [{"actor": "user", "text": t} for t in texts])]
 
 
 async def _ingest_phase(embedder: TextEmbedder, url: str, conversations: list[tuple[str, list[Any]]],
@@ -166,12 +166,14 @@ async def _ingest_phase(embedder: TextEmbedder, url: str, conversations: list[tu
     return {"turns": turns, "seconds": round(seconds, 3), "turns_per_s": round(turns / seconds, 1), **counts, "lost": lost}
 
 
-def run_remote_bench(dataset: Path | None = None, *, limit: int | None = None, stub: StubSettings = StubSettings(),
+def run_remote_bench(texts: Sequence[str], dataset: Path | None = None, *, limit: int | None = None,
+                     stub: StubSettings = StubSettings(),
                      batch: int = 64, in_flight: int | None = None, call: int = 0, ingest: bool = True) -> dict[str, Any]:
-    """The report of both phases (see the module docstring); `call`: texts an `embed_documents`
-    call (0: all in one, the embedder batching them)."""
+    """The report of both phases (see the module docstring) on `texts` (`memos.bench.embedder.dataset_texts`
+    of `dataset`, `limit`; a LOCOMO `dataset` is ingested by conversation); `call`: texts an
+    `embed_documents` call (0: all in one, the embedder batching them)."""
     policy = RequestPolicy() if in_flight is None else RequestPolicy(max_in_flight=in_flight)
-    texts = dataset_texts(dataset, limit)
+    texts = list(texts)
     import pydantic_ai.models
 
     report: dict[str, Any] = {"stub": {**vars(stub), "batch": batch}, "in_flight": policy.max_in_flight,
@@ -184,7 +186,7 @@ def run_remote_bench(dataset: Path | None = None, *, limit: int | None = None, s
             report["embed"] = await _embed_phase(embedder, url, texts, call)
             if ingest:
                 with tempfile.TemporaryDirectory(prefix="memos-remote-bench-") as tmp:
-                    report["ingest"] = await _ingest_phase(embedder, url, _conversations(dataset, limit), Path(tmp) / "db")
+                    report["ingest"] = await _ingest_phase(embedder, url, _conversations(texts, dataset, limit), Path(tmp) / "db")
 
         allowed = pydantic_ai.models.ALLOW_MODEL_REQUESTS
         pydantic_ai.models.ALLOW_MODEL_REQUESTS = True  # the stub is on loopback: no network is reached
