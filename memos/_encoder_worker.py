@@ -1,4 +1,5 @@
-"""A worker process of the local encoder's pool (`memos.encoder_pool`): `python -m memos._encoder_worker CONFIG`.
+"""A worker process of the local encoder's pool (`memos.encoder_pool`): `python -m memos._encoder_worker CONFIG`
+(the pool starts it with `encoder_pool.worker_command()`, which imports the parent's memos whatever the cwd).
 
 It reads batches of token ids from stdin and writes their vectors to stdout, one frame each
 (a 4-byte little-endian length, then a pickle), until stdin closes (its parent ended or closed

@@ -3,7 +3,8 @@ retries with backoff on rate limits and server errors.
 
 An ingest hands the embedder thousands of texts; one request at a time leaves a fast server idle
 between round trips, and an unbounded burst meets the provider's rate limit. Batches go out at
-most `max_in_flight` at a time; a batch answered 429, 408 or 5xx (or not at all: a dropped
+most `max_in_flight` at a time (`InFlight`: across every call of one embedder, so that
+concurrent ingests and an ingest's embed-ahead share the bound); a batch answered 429, 408 or 5xx (or not at all: a dropped
 connection) is tried again after the server's `Retry-After` (or `retry-after-ms`) when it sent
 one, else after an exponential backoff with jitter. After the last try the call fails with
 `EmbedderUnavailableError`, and since the caller stores nothing before every vector of its call
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,7 +24,7 @@ from typing import Any
 
 from .exceptions import EmbedderUnavailableError
 
-__all__ = ["RequestPolicy", "embed_in_batches", "retry_after", "transient"]
+__all__ = ["InFlight", "RequestPolicy", "embed_in_batches", "retry_after", "transient"]
 
 Batch = Callable[[list[str]], Awaitable[Sequence[Sequence[float]]]]
 
@@ -41,12 +43,31 @@ class RequestPolicy:
     """The longest wait between two tries, `Retry-After` included."""
 
 
+class InFlight:
+    """One embedder's bound on requests in flight, shared by all its calls: a semaphore of
+    `max_in_flight` per event loop (an asyncio semaphore belongs to the loop it first ran on)."""
+
+    def __init__(self, policy: RequestPolicy) -> None:
+        self.size = max(1, policy.max_in_flight)
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+    def gate(self) -> asyncio.Semaphore:
+        """The running loop's semaphore."""
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = asyncio.Semaphore(self.size)
+        return gate
+
+
 async def embed_in_batches(call: Batch, texts: Sequence[str], batch_size: int, policy: RequestPolicy, *, name: str,
-                           sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> list[list[float]]:
-    """The vectors of `texts` in order: `call` on batches of `batch_size`, as `policy` says."""
+                           sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+                           in_flight: InFlight | None = None) -> list[list[float]]:
+    """The vectors of `texts` in order: `call` on batches of `batch_size`, as `policy` says
+    (`in_flight`: a bound shared with other calls; else this call's own)."""
     batches = [list(texts[start : start + batch_size]) for start in range(0, len(texts), batch_size)]
     results: list[list[list[float]]] = [[] for _ in batches]
-    gate = asyncio.Semaphore(max(1, policy.max_in_flight))
+    gate = (in_flight or InFlight(policy)).gate()
 
     async def one(index: int) -> None:
         async with gate:
@@ -67,7 +88,7 @@ async def _with_retries(call: Batch, batch: list[str], policy: RequestPolicy, na
                         sleep: Callable[[float], Awaitable[Any]]) -> list[list[float]]:
     for attempt in range(policy.retries + 1):
         try:
-            vectors = [list(v) for v in await call(batch)]
+            vectors = [v if type(v) is list else list(v) for v in await call(batch)]  # no copy of a list
         except Exception as exc:  # the provider's own error type; only transient ones are tried again
             if not transient(exc):
                 raise

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .batching import Coalescer, Outcome
-from .embed_requests import RequestPolicy, embed_in_batches
+from .embed_requests import InFlight, RequestPolicy, embed_in_batches
 from .exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -86,8 +86,8 @@ class TextEmbedder:
     """Texts per call to the wrapped embedder (a remote API's request size; the local encoder
     takes `LOCAL_BATCH`)."""
     requests: RequestPolicy = RequestPolicy()
-    """Calls in flight at once and retries of failed ones (`memos.embed_requests`); the
-    in-process encoders take one call at a time."""
+    """Requests in flight at once (across all calls of this embedder) and retries of failed ones
+    (`memos.embed_requests`); the in-process encoders take one call at a time."""
     english_only: bool = False
     """The model knows English only (the default MiniLM): on a query in another script its
     vectors are mostly noise, and retrieval weighs its list down there (`memos.retrieval.search`)."""
@@ -98,8 +98,11 @@ class TextEmbedder:
         async def call(batch: list[str]) -> list[list[float]]:
             return [self._checked(v) for v in (await self.embedder.embed_documents(batch)).embeddings]
 
-        return await embed_in_batches(call, texts, self.batch_size, self.requests, name=self.name)
+        if self._in_flight is None or self._in_flight.size != max(1, self.requests.max_in_flight):
+            self._in_flight = InFlight(self.requests)
+        return await embed_in_batches(call, texts, self.batch_size, self.requests, name=self.name, in_flight=self._in_flight)
 
+    _in_flight: InFlight | None = field(default=None, init=False, repr=False, compare=False)
     _queries: Coalescer[str, list[float]] | None = field(default=None, init=False, repr=False, compare=False)
 
     async def embed_query(self, text: str) -> list[float]:
@@ -127,7 +130,7 @@ class TextEmbedder:
         return outcomes
 
     def _checked(self, vector: Any) -> list[float]:
-        vector = list(vector)
+        vector = vector if type(vector) is list else list(vector)
         if len(vector) != self.dim:
             raise ConfigError(f"embedder {self.name} returned a {len(vector)}-d vector; expected {self.dim}")
         return vector

@@ -7,8 +7,8 @@ tokenizes and forms the very batches `SentenceEncoder.encode` forms, so every ba
 and multiplied as it would be in one process and the vectors are the same; batches go out
 longest first (the short ones fill in at the end) and come back into input order.
 
-Workers are fresh interpreters (`memos._encoder_worker`, never forked: the parent may already
-run LanceDB's threads), each mapping the same weights file (the page cache holds one copy), or
+Workers are fresh interpreters (this package's `memos._encoder_worker`, never forked: the parent
+may already run LanceDB's threads), each mapping the same weights file (the page cache holds one copy), or
 threads of this process (`kind="thread"`: no start-up, but the Python between numpy calls holds
 the GIL). They start on the first call that has work for them and stop at exit (`close`); a
 worker that fails hands its batches back and the call finishes in this process.
@@ -34,7 +34,7 @@ import numpy as np
 from ._encoder_worker import read_frame, write_frame
 from .sentence_encoder import SentenceEncoder, blas_limit, encode_threads
 
-__all__ = ["EncoderPool", "PoolKind", "pool_workers"]
+__all__ = ["EncoderPool", "PoolKind", "pool_workers", "worker_command"]
 
 log = logging.getLogger("memos.encoder_pool")
 
@@ -47,6 +47,18 @@ def pool_workers() -> int:
     if configured := os.environ.get("MEMOS_ENCODER_WORKERS"):
         return max(1, int(configured))
     return encode_threads()
+
+
+def worker_command() -> str:
+    """The `python -c` program of a worker: this very memos package's `_encoder_worker`.
+
+    `python -m memos._encoder_worker` would look in the working directory first, and a `memos/`
+    folder there (a checkout of another version) would be imported instead, or mixed with this
+    one. The worker puts the folder holding this package first on its path and drops the working
+    directory, so it runs the parent's code wherever it is started."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return ("import sys; sys.path[:] = [" + repr(root) + "] + [p for p in sys.path if p not in ('', '.')]; "
+            "import json, memos._encoder_worker as worker; worker.main(json.loads(sys.argv[1]))")
 
 
 class _WorkerFailed(RuntimeError):
@@ -148,10 +160,9 @@ class EncoderPool:
     def _spawn(self) -> subprocess.Popen[bytes]:
         config = {"model_dir": str(self.model_dir), "batch_size": self.encoder.batch_size, "threads": self.threads,
                   "batch_tokens": self.encoder.batch_tokens, "random_seed": self.random_seed}
-        root = str(Path(__file__).resolve().parent.parent)  # memos importable where it is not installed
         blas = {name: str(self.threads) for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-        env = {**os.environ, **blas, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
-        return subprocess.Popen([sys.executable, "-m", "memos._encoder_worker", json.dumps(config)],
+        env = {**os.environ, **blas, "TOKENIZERS_PARALLELISM": "false"}
+        return subprocess.Popen([sys.executable, "-c", worker_command(), json.dumps(config)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
     def _serve_process(self, proc: subprocess.Popen[bytes]) -> None:

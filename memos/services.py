@@ -8,6 +8,7 @@ call), so the facade's own class stays the public surface."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -42,6 +43,10 @@ INGEST_CHUNK = LOCAL_BATCH
 """Turns `ingest` embeds and writes at once: one call of the local encoder, which pads less the
 more texts a call holds; `memos ingest` of LOCOMO dev ran at 105-107 turns/s 256 at a time and
 116-119 at 1,024."""
+EMBED_AHEAD = 4
+"""Chunks a remote embedder (one that takes several requests at once) embeds ahead of the one
+being written: a chunk's last batch may wait out a rate limit's `Retry-After`, and the chunks
+behind it use the free request slots meanwhile. The in-process encoders embed one chunk ahead."""
 
 
 
@@ -49,7 +54,7 @@ more texts a call holds; `memos ingest` of LOCOMO dev ran at 105-107 turns/s 256
 
 from .records import R, RecordAccess, TypeRef
 
-__all__ = ["INGEST_CHUNK", "KernelServices"]
+__all__ = ["EMBED_AHEAD", "INGEST_CHUNK", "KernelServices"]
 
 
 @check_sync_twins
@@ -362,8 +367,9 @@ class KernelServices(RecordAccess):
         they name, when `entity_links` is on); returns them. `behind`: they are journaled and written
         to their tables in batches a moment later (`memos.store.lancedb.write_behind`: a chat's turns).
 
-        The next batch is embedded while this one is written (the encoder and LanceDB overlap);
-        `progress(n)` hears of a batch once it is stored, and a failure stores nothing more."""
+        The next batch is embedded while this one is written (the encoder and LanceDB overlap;
+        a remote embedder `EMBED_AHEAD` batches); `progress(n)` hears of a batch once it is
+        stored, and a failure stores nothing more."""
         episodes = list(episodes)
         chunks = [episodes[start : start + INGEST_CHUNK] for start in range(0, len(episodes), INGEST_CHUNK)]
 
@@ -371,20 +377,23 @@ class KernelServices(RecordAccess):
             texts = list(dict.fromkeys(e.index_text() for e in chunk))
             return dict(zip(texts, await self._vectors(texts), strict=True))
 
-        ahead: asyncio.Task[dict[str, list[float] | None]] | None = None
+        remote = self.embedder is not None and self.embedder.requests.max_in_flight > 1
+        depth = EMBED_AHEAD if remote else 1
+        ahead: collections.deque[asyncio.Future[dict[str, list[float] | None]]] = collections.deque()
         try:
             for index, chunk in enumerate(chunks):
-                vectors = await ahead if ahead is not None else await embed(chunk)
-                ahead = asyncio.ensure_future(embed(chunks[index + 1])) if index + 1 < len(chunks) else None
+                for later in chunks[index + len(ahead) : index + 1 + depth]:  # this chunk and `depth` after it
+                    ahead.append(asyncio.ensure_future(embed(later)))
+                vectors = await ahead.popleft()
                 await self._add(scope, chunk, actor=actor, behind=behind, vectors=vectors)
                 if self.entity_links and "entity" in self.types:  # raw-mode entity links (memos.graph.entities)
                     await self.graph.link(scope, chunk, actor=actor)
                 if progress is not None:
                     progress(len(chunk))
         finally:
-            if ahead is not None and not ahead.done():
-                ahead.cancel()
-                await asyncio.gather(ahead, return_exceptions=True)
+            for task in ahead:
+                task.cancel()
+            await asyncio.gather(*ahead, return_exceptions=True)
         return episodes
 
     async def reindex(self, embedder: Any = "local", *, progress: Callable[[int, int], None] | None = None) -> int:

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 CHECK = textwrap.dedent("""
     import json, sys
@@ -53,3 +52,33 @@ def test_the_cli_command_reads_a_locomo_file(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "memos.cli", "bench", "embedder", "--dataset", str(tmp_path / "nope.json")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode != 0 and "does not exist" in missing.stdout + missing.stderr
+
+
+def test_the_remote_stub_bench_reports_throughput_retries_and_nothing_lost(tmp_path):
+    """`memos bench embedder --remote-stub`: both phases through the stub, 429s retried, every text
+    (and every ingested turn) with its own vector."""
+    from memos.bench.embedder import main
+
+    out = tmp_path / "remote.json"  # in this process: the CLI's command hands the same arguments to `main`
+    main(["--remote-stub", "--limit", "300", "--latency-ms", "5", "--batch", "16", "--rate-429", "0.1", "--retry-after", "0.05",
+          "--dim", "16", "--in-flight", "4", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert report["stub"] == {"latency_ms": 5.0, "rate_429": 0.1, "retry_after": 0.05, "retry_after_ms": None, "dim": 16,
+                              "floats_only": False, "batch": 16}
+    assert report["in_flight"] == 4 and report["call"] == "all"
+    embed, ingest = report["embed"], report["ingest"]
+    assert embed["texts"] == 300 and embed["lost"] == 0 and embed["texts_per_s"] > 0
+    assert embed["batches"] == 19 and embed["http_429"] >= 1 and embed["retries"] == embed["http_429"]
+    assert embed["requests"] == embed["batches"] + embed["retries"] and 1 <= embed["max_in_flight_seen"] <= 4
+    assert embed["client_cpu_s"] > 0 and embed["stub_cpu_s"] >= 0
+    assert ingest["turns"] == 300 and ingest["lost"] == 0 and ingest["turns_per_s"] > 0 and ingest["http_429"] >= 1
+
+
+def test_lost_counts_a_missing_vector_and_one_of_another_text():
+    from memos.bench.openai_stub import stub_vector
+    from memos.bench.remote_embedder import _lost
+
+    texts = ["bees", "honey", "hive"]
+    assert _lost(texts, [stub_vector(t, 16) for t in texts], 16) == 0
+    assert _lost(texts, [stub_vector("honey", 16), stub_vector("bees", 16), stub_vector("hive", 16)], 16) == 2
+    assert _lost(texts, [stub_vector("bees", 16), None], 16) == 2

@@ -71,7 +71,8 @@ async def test_ingest_acknowledges_only_what_it_stored(tmp_path, monkeypatch):
 
     monkeypatch.setattr(memos.services, "INGEST_CHUNK", 4)
     with serve_stub() as stub:
-        embedder = _embedder(stub.url, batch_size=4, policy=RequestPolicy(retries=1, backoff_s=0.01))
+        # one request at a time: the first two batches' requests are the first two the server answers
+        embedder = _embedder(stub.url, batch_size=4, policy=RequestPolicy(retries=1, backoff_s=0.01, max_in_flight=1))
         mem = await MemoryOS.open(tmp_path / "db", embedder=embedder)
         stub.setup_embeddings(fail_after=2)  # the first two batches embed, then 503s
         reported: list[int] = []
@@ -79,6 +80,36 @@ async def test_ingest_acknowledges_only_what_it_stored(tmp_path, monkeypatch):
             await mem.ingest(ALICE, [{"speaker": "alice", "text": f"turn {i}"} for i in range(12)], progress=reported.append)
     stored = await mem.list(ALICE, "episodic", limit=None)
     assert reported == [4, 4] and len(stored) == 8
+
+
+async def test_batches_embedded_ahead_are_acknowledged_only_once_stored(tmp_path, monkeypatch):
+    """A remote embedder embeds several batches ahead of the one being written; a failure in a
+    later batch still reports exactly the stored batches, in order."""
+    import memos.services
+
+    monkeypatch.setattr(memos.services, "INGEST_CHUNK", 4)
+    with serve_stub() as stub:
+        embedder = _embedder(stub.url, batch_size=4, policy=RequestPolicy(retries=1, backoff_s=0.01))
+        mem = await MemoryOS.open(tmp_path / "db", embedder=embedder)
+        stub.setup_embeddings(latency_s=0.01, fail_after=memos.services.EMBED_AHEAD + 1)  # the first batches' requests only
+        reported: list[int] = []
+        with pytest.raises(EmbedderUnavailableError):
+            await mem.ingest(ALICE, [{"speaker": "alice", "text": f"turn {i}"} for i in range(40)], progress=reported.append)
+    stored = sorted(int(r.text.split()[2]) for r in await mem.list(ALICE, "episodic", limit=None))
+    assert reported == [4] * (memos.services.EMBED_AHEAD + 1) and stored == list(range(4 * len(reported)))
+
+
+async def test_concurrent_calls_share_the_embedders_in_flight_bound():
+    """Two ingests at once (or an ingest's batches embedded ahead) stay within one `max_in_flight`."""
+    import asyncio
+
+    texts = [f"turn number {i}" for i in range(640)]
+    with serve_stub() as stub:
+        stub.setup_embeddings(latency_s=0.03)
+        embedder = _embedder(stub.url, batch_size=16, policy=RequestPolicy(max_in_flight=4))
+        first, second = await asyncio.gather(embedder.embed_documents(texts), embedder.embed_documents(texts[::-1]))
+    assert first == second[::-1] and [pytest.approx(v) for v in first] == [stub_vector(t) for t in texts]
+    assert stub.max_in_flight == 4
 
 
 async def test_ingest_through_a_rate_limited_server_loses_nothing(tmp_path):

@@ -166,3 +166,26 @@ def test_the_torch_cpu_device_gives_the_numpy_encoders_vectors(embedder, texts):
     assert _cosines(chosen.encode(sample), expected).min() >= 0.999
     bf16 = TorchSentenceEncoder(encoder, "cpu", dtype="bfloat16").encode(sample[:8])
     assert _cosines(bf16, expected[:8]).min() >= 0.999
+
+
+def test_workers_import_the_parents_memos_whatever_the_working_directory(embedder, texts, tmp_path, monkeypatch, caplog):
+    """A `memos/` folder in the working directory (a checkout of another version) is not what the workers run."""
+    from memos.encoder_pool import EncoderPool
+
+    fake = tmp_path / "memos"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "sentence_encoder.py").write_text("raise ImportError('the memos in the working directory was imported')\n")
+    (fake / "_encoder_worker.py").write_text("raise ImportError('the memos in the working directory was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    encoder = local_encoder()
+    pool = EncoderPool(encoder, local_model_dir(), 2)
+    try:
+        with caplog.at_level("WARNING", logger="memos.encoder_pool"):
+            many = pool.encode(texts[:60])
+        assert not pool._closed and pool._procs  # the workers encoded the call: no fall-back
+        assert all(p.poll() is None for p in pool._procs)
+    finally:
+        pool.close()
+    assert "encoder pool failed" not in caplog.text
+    assert np.abs(many - encoder.encode(texts[:60])).max() <= 1e-6

@@ -36,10 +36,11 @@ _SEED = 38
 
 def dataset_texts(path: Path | None, limit: int | None = None) -> list[str]:
     """The texts ingest would embed: a LOCOMO file's turns ("speaker: text caption"), a JSONL or
-    JSON list of messages, or (no path) 2,000 synthetic turns."""
+    JSON list of messages, or (no path) 2,000 synthetic turns (`limit` of them if more)."""
     if path is None:
         rng = random.Random(_SEED)
-        texts = [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 40))).capitalize() + "." for _ in range(2000)]
+        texts = [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 40))).capitalize() + "."
+                 for _ in range(max(2000, limit or 0))]
     elif path.suffix == ".jsonl":
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         texts = [_message_text(r) for r in rows]
@@ -175,12 +176,27 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="torch-cpu: dtypes to measure, e.g. float32,bfloat16 ('auto': bfloat16 where the CPU has it).")
     parser.add_argument("--pool", default="process", choices=("process", "thread"), help="Workers as processes or threads.")
     parser.add_argument("--passes", type=int, default=2, help="Timed passes; the best is reported.")
-    parser.add_argument("--call", type=int, default=1024, help="Texts an encode call (ingest hands over 1,024).")
+    parser.add_argument("--call", type=int, help="Texts an encode call (default 1,024, as ingest hands over; "
+                        "--remote-stub: all in one call).")
     parser.add_argument("--model-dir", type=Path, help="The model folder (default: the installed MiniLM weights).")
     parser.add_argument("--random-weights", action="store_true", help="Random weights of the model's shapes.")
     parser.add_argument("--export-model", type=Path, help="Write a weights-free model folder here (for --random-weights elsewhere) and stop.")
     parser.add_argument("--json", dest="json_out", default="-", help="Where to write the report ('-': stdout).")
+    remote = parser.add_argument_group("a remote embedder against the loopback stub (memos.bench.remote_embedder)")
+    remote.add_argument("--remote-stub", action="store_true", help="Measure memos' remote-embedder path, not the local encoder.")
+    remote.add_argument("--latency-ms", type=float, default=20.0, help="The stub answers each request after this long.")
+    remote.add_argument("--batch", type=int, default=64, help="Texts a request.")
+    remote.add_argument("--rate-429", type=float, default=0.1, help="The fraction of requests the stub refuses with 429.")
+    remote.add_argument("--retry-after", type=float, default=1.0, help="The 429's Retry-After, in seconds.")
+    remote.add_argument("--retry-after-ms", type=int, help="Also send retry-after-ms (OpenAI's header; it wins).")
+    remote.add_argument("--in-flight", type=int, help="Requests in flight at once (default: RequestPolicy's).")
+    remote.add_argument("--dim", type=int, default=384, help="The stub's vector dimension.")
+    remote.add_argument("--floats-only", action="store_true", help="The stub ignores encoding_format: base64.")
+    remote.add_argument("--no-ingest", action="store_true", help="Skip the MemoryOS.ingest phase.")
     args = parser.parse_args(argv)
+    if args.remote_stub:
+        _remote(args)
+        return
     if args.model_dir is None:
         from memos.embeddings import local_model_dir
 
@@ -189,9 +205,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(export_model(args.model_dir, args.export_model))
         return
     texts = dataset_texts(args.dataset, args.limit)
+    args.call = args.call or 1024
     report = run_embedder_bench(texts, args.model_dir, device=args.device, workers=args.workers, threads=args.threads,
                                 gpu_batches=args.gpu_batch, passes=args.passes, call=args.call, kind=args.pool, dtypes=args.dtype,
                                 random_weights=args.random_weights, progress=lambda line: print(line, file=sys.stderr))
+    text = json.dumps(report, indent=2)
+    if args.json_out == "-":
+        print(text)
+    else:
+        Path(args.json_out).write_text(text + "\n")
+
+
+def _remote(args: argparse.Namespace) -> None:
+    from memos.bench.remote_embedder import StubSettings, run_remote_bench
+
+    stub = StubSettings(latency_ms=args.latency_ms, rate_429=args.rate_429, retry_after=args.retry_after,
+                        retry_after_ms=args.retry_after_ms, dim=args.dim, floats_only=args.floats_only)
+    report = run_remote_bench(dataset_texts(args.dataset, args.limit), args.dataset, limit=args.limit, stub=stub,
+                              batch=args.batch, in_flight=args.in_flight, call=args.call or 0, ingest=not args.no_ingest)
     text = json.dumps(report, indent=2)
     if args.json_out == "-":
         print(text)

@@ -133,13 +133,23 @@ def embedder_bench(
     pool: Annotated[str, typer.Option(help="Workers as 'process' or 'thread'.")] = "process",
     passes: Annotated[int, typer.Option(min=1, max=10, help="Timed passes; the best is reported.")] = 2,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N texts.")] = None,
-    call: Annotated[int, typer.Option(min=1, help="Texts an encode call (ingest hands over 1,024).")] = 1024,
     dtype: Annotated[str | None, typer.Option(help="torch-cpu: dtypes, e.g. float32,bfloat16 or auto.")] = None,
     model_dir: Annotated[Path | None, typer.Option(help="The model folder (default: the installed MiniLM weights).")] = None,
     random_weights: Annotated[bool, typer.Option("--random-weights", help="Random weights of the model's shapes.")] = False,
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
+    remote_stub: Annotated[bool, typer.Option("--remote-stub", help="Measure memos' remote-embedder path against the loopback "
+                                              "OpenAI-compatible stub instead (memos.bench.remote_embedder).")] = False,
+    latency_ms: Annotated[float, typer.Option(min=0, help="--remote-stub: the stub answers a request after this long.")] = 20.0,
+    batch: Annotated[int, typer.Option(min=1, help="--remote-stub: texts a request.")] = 64,
+    rate_429: Annotated[float, typer.Option("--rate-429", min=0, max=1, help="--remote-stub: the fraction of requests refused with 429.")] = 0.1,
+    retry_after: Annotated[float, typer.Option(min=0, help="--remote-stub: the 429's Retry-After, in seconds.")] = 1.0,
+    in_flight: Annotated[int | None, typer.Option(min=1, help="--remote-stub: requests in flight (default: the embedder's).")] = None,
+    dim: Annotated[int, typer.Option(min=1, help="--remote-stub: the vectors' dimension.")] = 384,
+    call: Annotated[int | None, typer.Option(min=1, help="Texts a call (default: 1,024; --remote-stub: all in one call).")] = None,
+    ingest: Annotated[bool, typer.Option(help="--remote-stub: also time MemoryOS.ingest into a temp LanceDB store.")] = True,
 ) -> None:
-    """The local encoder alone on a dataset's texts: texts/s by workers, threads and device
+    """The local encoder alone on a dataset's texts: texts/s by workers, threads and device; or,
+    with --remote-stub, a remote embedder through memos' request path and ingest
     (`python -m memos.bench.embedder` is the same, without the CLI's dependencies)."""
     from ..bench.embedder import main as bench_main
 
@@ -148,12 +158,18 @@ def embedder_bench(
     if dataset is not None and not dataset.exists():
         fail(f"{dataset} does not exist")
     argv = ["--device", device, "--workers", workers, "--threads", threads, "--gpu-batch", gpu_batch, "--pool", pool,
-            "--passes", str(passes), "--call", str(call), "--json", json_out]
+            "--passes", str(passes), "--json", json_out]
     argv += ["--dtype", dtype] if dtype else []
     argv += ["--dataset", str(dataset)] if dataset else []
     argv += ["--limit", str(limit)] if limit else []
     argv += ["--model-dir", str(model_dir)] if model_dir else []
     argv += ["--random-weights"] if random_weights else []
+    argv += ["--call", str(call)] if call else []
+    if remote_stub:
+        argv += ["--remote-stub", "--latency-ms", str(latency_ms), "--batch", str(batch), "--rate-429", str(rate_429),
+                 "--retry-after", str(retry_after), "--dim", str(dim)]
+        argv += ["--in-flight", str(in_flight)] if in_flight else []
+        argv += [] if ingest else ["--no-ingest"]
     bench_main(argv)
 
 
