@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,6 +23,7 @@ from memos.store.scope import Scope
 from .errors import ApiError
 from .events import EventBus
 from .extraction import Extractions
+from .locks import KeyedLocks
 from .tenancy import RECHECK_SECONDS, ApiKey, Tenants, check_admin, hash_token
 
 __all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "MAX_PENDING", "SCOPE_HEADER", "ServeConfig", "ServerState", "get_caller",
@@ -73,7 +75,7 @@ class ServerState:
     bus: EventBus = field(default_factory=EventBus)
     extractions: Extractions = field(init=False)
     _opening: asyncio.Lock | None = None
-    _sessions: dict[Scope, asyncio.Lock] = field(default_factory=dict)
+    _sessions: KeyedLocks[Scope] = field(default_factory=KeyedLocks)
 
     def __post_init__(self) -> None:
         self.extractions = Extractions(attempts=self.config.extract_attempts, backoff=self.config.extract_backoff)
@@ -101,9 +103,10 @@ class ServerState:
         assert self.tenants is not None
         return self.memory, self.tenants
 
-    def session_lock(self, scope: Scope) -> asyncio.Lock:
-        """One lock per conversation: its turns are recorded and its context compiled one at a time."""
-        return self._sessions.setdefault(scope, asyncio.Lock())
+    def session_lock(self, scope: Scope) -> AbstractAsyncContextManager[None]:
+        """One lock per conversation: its turns are recorded and its context compiled one at a time
+        (held only while in use: the server keeps no lock per session it has ever seen)."""
+        return self._sessions.hold(scope)
 
 
 BEARER = HTTPBearer(scheme_name="bearer", auto_error=False, bearerFormat="API key",

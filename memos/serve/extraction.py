@@ -27,6 +27,8 @@ from memos.memory import MemoryOS
 from memos.memtypes import Episode, new_id
 from memos.store.scope import Scope
 
+from .locks import KeyedLocks
+
 __all__ = ["ExtractionJob", "Extractions", "with_running"]
 
 log = logging.getLogger("memos.serve.extraction")
@@ -64,7 +66,7 @@ class Extractions:
         self.backoff = backoff
         """Seconds before the first retry of a failed run; doubles with each further failure."""
         self._slots = asyncio.Semaphore(max(1, concurrency))
-        self._sessions: dict[Scope, asyncio.Lock] = {}
+        self._sessions: KeyedLocks[Scope] = KeyedLocks()
         self._jobs: dict[str, ExtractionJob] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -96,7 +98,7 @@ class Extractions:
 
         started = time.perf_counter()
         try:
-            async with self._sessions.setdefault(job.scope, asyncio.Lock()), self._slots:
+            async with self._sessions.hold(job.scope), self._slots:
                 manager = MemoryManager(memory, job.scope, model)
                 for attempt in range(1, self.attempts + 1):
                     job.attempts = attempt
