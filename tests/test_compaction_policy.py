@@ -93,6 +93,21 @@ async def test_a_burst_of_commits_waits_for_the_last_optimize_to_rest_then_is_fo
     assert hits and hits[0].record.summary == "turn 44 about tea"
 
 
+async def test_the_commits_of_concurrent_callers_are_folded_in_like_a_chats(tmp_path):
+    """A server's concurrent adds are committed together, a few records a commit: searches scan
+    each such commit outside the indexes as they scan a chat's one-row commits, so they are
+    optimized every `COMPACT_EVERY` commits too, not left to pile up until `MAX_COMMITS`."""
+    memory, timer = await open_store(tmp_path)
+    for n in range(25):
+        await asyncio.gather(*(memory.add(SCOPE, Episode(actor="ann", summary=f"turn {n}.{i} about tea"), actor="test")
+                               for i in range(8)))
+    await memory.storage.settle()
+    assert memory.group.queue.batches == 25  # each round of 8 adds was one commit
+    assert await fragments(memory) == 1  # the 25th commit was optimized at once
+    assert await unindexed(memory) == 0
+    assert await memory.storage.count("episodic") == 200
+
+
 async def unindexed(memory: MemoryOS, store: str = "episodic") -> int:
     table = memory.storage.type_table(store).table
     name = next(i.name for i in await table.list_indices() if i.columns == ["text"])

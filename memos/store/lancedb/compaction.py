@@ -54,9 +54,10 @@ INDEX_EVERY_ROWS = 1_000
 COMPACT_GROWTH = 0.25
 """...and at most this fraction of the rows the table held at its last optimize: a bulk load of
 n rows rewrites ~5n rows in all instead of ~n^2 / 2,000."""
-SMALL_COMMIT_ROWS = 4
-"""Commits of at most this many rows on average (a chat's turns) are optimized every
-`COMPACT_EVERY` commits; larger ones wait for `COMPACT_GROWTH` or `MAX_COMMITS`."""
+SMALL_COMMIT_ROWS = 32
+"""Commits of at most this many rows on average (a chat's turns, the adds of a few dozen
+concurrent callers committed together) are optimized every `COMPACT_EVERY` commits; larger
+ones (a bulk load) wait for `COMPACT_GROWTH` or `MAX_COMMITS`."""
 MAX_COMMITS = 200
 """Commits after which a table is optimized whatever their size (fragments stay bounded)."""
 COMPACT_DUTY = 4.0
