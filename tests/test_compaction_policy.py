@@ -93,6 +93,28 @@ async def test_a_burst_of_commits_waits_for_the_last_optimize_to_rest_then_is_fo
     assert hits and hits[0].record.summary == "turn 44 about tea"
 
 
+async def test_the_commits_of_concurrent_callers_are_folded_in_where_searches_scan_them(tmp_path):
+    """A server's concurrent adds are committed together, a few records a commit: its searches
+    scan each such commit of the shared search table outside the indexes, as they scan a chat's
+    one-row commits, so that table is optimized every `COMPACT_EVERY` commits too instead of
+    piling them up until `MAX_COMMITS`; a table no search reads (here the episodic one, which
+    the shared table answers for) is left to the size rules, as before."""
+    memory, timer = await open_store(tmp_path)
+    await memory.add(SCOPE, Episode(actor="ann", summary="the first turn about tea"), actor="test")
+    assert await memory.search("tea", SCOPE, k=3)  # this process searches the shared table
+    for n in range(24):
+        await asyncio.gather(*(memory.add(SCOPE, Episode(actor="ann", summary=f"turn {n}.{i} about tea"), actor="test")
+                               for i in range(8)))
+    await memory.storage.settle()
+    assert memory.group.queue.batches == 25  # each round of 8 adds was one commit
+    shared = memory.storage.search.table
+    assert int((await shared.stats())["fragment_stats"]["num_fragments"]) == 1  # the 25th commit was optimized at once
+    assert await fragments(memory) == 25  # the episodic table: 193 rows in 25 commits are not small
+    assert await memory.storage.count("episodic") == 193
+    hits = await memory.search("turn 17.3 about tea", SCOPE, k=3)
+    assert hits and hits[0].record.summary == "turn 17.3 about tea"
+
+
 async def unindexed(memory: MemoryOS, store: str = "episodic") -> int:
     table = memory.storage.type_table(store).table
     name = next(i.name for i in await table.list_indices() if i.columns == ["text"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 from memos import Scope
@@ -50,6 +51,26 @@ async def test_empty_stores_are_skipped_until_they_get_rows(mem):
     assert await mem.storage.has_rows("semantic")
     hits = await mem.search("what is the dog called", scope, k=3)
     assert "semantic" in {h.memory_type for h in hits}
+
+
+async def test_concurrent_searches_count_an_empty_store_once(mem):
+    """A busy server's searches all ask about every store at once: those that find a store's
+    emptiness unknown share one count of its table instead of each reading it."""
+    scope = Scope("u")
+    await ingest(mem, scope)
+    table = mem.storage.type_table("semantic").table
+    counts = []
+    count_rows = table.count_rows
+
+    async def counted(*args, **kwargs):
+        counts.append(1)
+        return await count_rows(*args, **kwargs)
+
+    table.count_rows = counted  # LanceDB's own method, still called: only the reads are tallied
+    answers = await asyncio.gather(*(mem.storage.has_rows("semantic") for _ in range(10)))
+    assert answers == [False] * 10 and len(counts) == 1
+    hits = await asyncio.gather(*(mem.search(f"dog {i}", scope, k=3) for i in range(5)))
+    assert all(hits) and len(counts) == 1  # still known empty: no search read it again
 
 
 async def test_overlapping_neighbour_windows_bring_each_turn_once(mem):

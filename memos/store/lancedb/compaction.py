@@ -37,6 +37,7 @@ __all__ = [
     "KEEP_VERSIONS",
     "MAX_COMMITS",
     "QUIET_AFTER",
+    "SEARCHED_COMMIT_ROWS",
     "SMALL_COMMIT_ROWS",
     "ending",
 ]
@@ -57,6 +58,11 @@ n rows rewrites ~5n rows in all instead of ~n^2 / 2,000."""
 SMALL_COMMIT_ROWS = 4
 """Commits of at most this many rows on average (a chat's turns) are optimized every
 `COMPACT_EVERY` commits; larger ones wait for `COMPACT_GROWTH` or `MAX_COMMITS`."""
+SEARCHED_COMMIT_ROWS = 32
+"""The same for a table this process searches (the shared search table of a server): the adds
+of a few dozen concurrent callers, committed together, are folded in every `COMPACT_EVERY`
+commits, since every search scans each commit left outside the indexes; a bulk load's larger
+commits still wait."""
 MAX_COMMITS = 200
 """Commits after which a table is optimized whatever their size (fragments stay bounded)."""
 COMPACT_DUTY = 4.0
@@ -129,7 +135,8 @@ class Compaction:
     @staticmethod
     def _due(state: _Schedule, every: int) -> bool:
         commits, rows = state.commits, state.rows
-        return ((commits >= every and rows <= SMALL_COMMIT_ROWS * commits) or commits >= max(every, MAX_COMMITS)
+        small = SEARCHED_COMMIT_ROWS if state.searched else SMALL_COMMIT_ROWS
+        return ((commits >= every and rows <= small * commits) or commits >= max(every, MAX_COMMITS)
                 or rows >= max(INDEX_EVERY_ROWS, COMPACT_GROWTH * state.sized))
 
     def _start(self, table: Any, state: _Schedule, loop: asyncio.AbstractEventLoop) -> bool:

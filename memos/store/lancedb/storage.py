@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -36,6 +35,7 @@ from .compaction import HISTORY_COMPACT_EVERY, Compaction
 from .errors import journal_error, retry_conflicts, retrying
 from .journal import Journal
 from .lease import StoreLease, local_path
+from .presence import RowPresence
 from .purge import PURGE_WAIT, Purge
 from .search_index import SearchIndex
 from .text_index import text_index
@@ -103,8 +103,8 @@ class Storage:
         """When each table is optimized (`memos.store.lancedb.compaction`)."""
         self.purge = Purge(self, self._retrying)
         """Old table versions dropped, now or deferred (`memos.store.lancedb.purge`)."""
-        self._empty_checked: dict[str, float] = {}  # table -> when it was last seen empty (monotonic)
-        self._nonempty: set[str] = set()
+        self.presence = RowPresence(READ_CONSISTENCY.total_seconds())
+        """Which tables hold rows, as far as this process knows (`memos.store.lancedb.presence`)."""
         self.lease = StoreLease.for_uri(uri)
         self.reads = ReadCache()
         """Reads remembered at table versions; every write below reports its version to it."""
@@ -176,25 +176,13 @@ class Storage:
         """What `has_rows` would answer without reading the table, or None if it must read: a
         table once seen with rows is taken to have them (searching a table emptied since is
         harmless); one seen empty stays empty for `READ_CONSISTENCY`."""
-        if memory_type in self._nonempty:
-            return True
-        seen = self._empty_checked.get(memory_type)
-        if seen is not None and time.monotonic() - seen <= READ_CONSISTENCY.total_seconds():
-            return False
-        return None
+        return self.presence.known(memory_type)
 
     async def has_rows(self, memory_type: str) -> bool:
-        """Whether a table has rows (`known_rows`, else one count), so searches skip empty
-        tables instead of querying them."""
-        known = self.known_rows(memory_type)
-        if known is not None:
-            return known
+        """Whether a table has rows (`known_rows`, else one count, shared by concurrent callers),
+        so searches skip empty tables instead of querying them."""
         table = self.tables[memory_type].table
-        if await self.read(table, lambda: table.count_rows()) > 0:
-            self._nonempty.add(memory_type)
-            return True
-        self._empty_checked[memory_type] = time.monotonic()
-        return False
+        return await self.presence.has_rows(memory_type, lambda: self.read(table, lambda: table.count_rows()))
 
     async def add_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
         if rows:
@@ -202,7 +190,7 @@ class Storage:
             table, data = typed.table, arrow_table(rows, arrow_schema(typed.record_type, self.dim))
             with self._reporting(memory_type) as report:
                 report(await self.write(table, lambda: table.add(data)), rows)
-            self._nonempty.add(memory_type)
+            self.presence.added(memory_type)
             await self.compaction.committed(table, len(rows))
             if self.search.covers(memory_type):
                 await self.search.added(memory_type, rows)
@@ -225,7 +213,7 @@ class Storage:
             raise journal_error(exc, self.uri) from exc
         for name, rows in typed.items():
             self.reads.added(name, rows)
-            self._nonempty.add(name)
+            self.presence.added(name)
         return True
 
     async def write_held(self, memory_type: str, rows: pa.Table) -> None:
