@@ -16,6 +16,7 @@ async def test_a_tiny_curve_reports_each_run_and_every_acknowledged_write_is_the
         assert set(run["write_ms"]) == set(run["search_ms"]) == {"p50", "p95", "p99"}
         assert run["operations"] == run["clients"] * 3 and run["acknowledged"] == run["found"] == run["clients"] * 2
         assert run["errors"] == {} and run["lost"] == run["duplicated"] == 0 and run["throughput_ops_s"] > 0
+        assert run["server_cpu_ms_per_op"] is not None and run["server_cpu_ms_per_op"] > 0  # a server spends CPU on requests
     assert [list(row) for row in report["table"]] == [list(CURVE_COLUMNS)] * 2
     assert report["lost"] == report["duplicated"] == 0
 
@@ -51,6 +52,26 @@ async def test_a_503_with_retry_after_is_counted_waited_out_and_retried_without_
     assert [status for _, status in times].count(201) == 4
     first_retry = next(t for t, status in times if status == 201)
     assert first_retry - times[0][0] >= 0.95  # the retry waited for what Retry-After asked
+
+
+def test_process_cpu_counts_a_process_and_its_live_children():
+    import os
+    import subprocess
+    import sys
+
+    from memos.bench.serve import process_cpu_seconds
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\ntime.sleep(30)"])
+    try:
+        before = process_cpu_seconds([os.getpid()])
+        deadline = time.monotonic() + 30
+        while process_cpu_seconds([child.pid]) < 0.45 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert process_cpu_seconds([child.pid]) >= 0.45  # its own half second, counted as a process of its own
+        assert process_cpu_seconds([os.getpid()]) - before >= 0.4  # and in its parent's, while it runs
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_the_curve_options_refuse_what_they_cannot_run():

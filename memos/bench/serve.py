@@ -36,7 +36,7 @@ from typing import Any
 from ._stats import percentiles
 
 __all__ = ["CURVE_CLIENTS", "CURVE_COLUMNS", "CURVE_EMBEDDERS", "CURVE_SERVERS", "ServerProcess", "curve_table", "free_port",
-           "loopback_s3", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve"]
+           "loopback_s3", "process_cpu_seconds", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve"]
 
 USERS = 4
 CURVE_CLIENTS = (1, 5, 20, 50, 100)
@@ -260,11 +260,33 @@ async def _verify(url: str, tokens: dict[str, str], tag: str, acked: list[tuple[
     return {"acknowledged": len(acked), "found": sum(seen_ids.values()), "lost": lost, "duplicated": duplicated}
 
 
+def process_cpu_seconds(pids: list[int]) -> float | None:
+    """CPU seconds (user + system) the processes `pids` and their live children have used so far,
+    from /proc (None where there is no /proc): a server's own threads and its encoder workers."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    wanted, total = set(pids), 0
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(entry) in wanted or int(fields[1]) in wanted:  # fields[1]: the parent's pid
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
 async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes: int, searches: int, *,
-                   time_limit: float = 600.0, tag: str = "bench") -> dict[str, Any]:
+                   time_limit: float = 600.0, tag: str = "bench", server_pids: list[int] | None = None) -> dict[str, Any]:
     """One run of `clients` clients spread over the servers at `urls` (each client one of `tokens`'
     users), its writes tagged `tag`; then every acknowledged write is looked for. Operations stop
-    starting after `time_limit` seconds; those still in flight `GRACE_S` later are cancelled."""
+    starting after `time_limit` seconds; those still in flight `GRACE_S` later are cancelled.
+    With `server_pids`, the servers' CPU during the load (the read-back not counted) per operation."""
+    cpu_before = process_cpu_seconds(server_pids) if server_pids else None
     users = list(tokens)
     tally = _Tally()
     began = time.perf_counter()
@@ -276,6 +298,7 @@ async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     wall = time.perf_counter() - began
+    cpu_after = process_cpu_seconds(server_pids) if server_pids else None
     if len(urls) > 1:
         await asyncio.sleep(1.2)  # a process reads other processes' commits within 1 s
     check = await _verify(urls[-1], tokens, tag, tally.acked)
@@ -286,6 +309,8 @@ async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes
         "write_ms": percentiles(tally.lat["write"], (50, 95, 99)), "search_ms": percentiles(tally.lat["search"], (50, 95, 99)),
         "errors": dict(sorted(tally.errors.items())), "retries": tally.retries, "unfinished": tally.unfinished,
         "cut_off": bool(pending) or (tally.unfinished > 0 and time.perf_counter() >= deadline), **check,
+        "server_cpu_ms_per_op": (round((cpu_after - cpu_before) * 1000 / ops, 1)
+                                 if cpu_before is not None and cpu_after is not None and ops else None),
     }
 
 
@@ -312,6 +337,10 @@ def _servers(count: int, embedder: str, *, s3: bool = False, path: Path | None =
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _pids(procs: list[ServerProcess]) -> list[int]:
+    return [p.proc.pid for p in procs if p.proc is not None]
+
+
 async def _keys(procs: list[ServerProcess], prefix: str) -> dict[str, str]:
     tokens = {f"{prefix}{u}": procs[0].make_key(f"{prefix}{u}", name=f"bench{u}") for u in range(USERS)}
     if len(procs) > 1:
@@ -326,7 +355,8 @@ async def run_serve_bench(clients: int = 20, writes: int = 10, searches: int = 1
     with _servers(servers, embedder, s3=s3, path=path) as (procs, store):
         startup_s = time.perf_counter() - started
         tokens = await _keys(procs, "tenant")
-        report = await run_load([p.url for p in procs], tokens, clients, writes, searches, time_limit=time_limit)
+        report = await run_load([p.url for p in procs], tokens, clients, writes, searches, time_limit=time_limit,
+                                server_pids=_pids(procs))
     return {**report, "store": store, "embedder": embedder, "server_startup_s": round(startup_s, 1)}
 
 
@@ -344,7 +374,7 @@ async def run_serve_curve(clients: tuple[int, ...] = CURVE_CLIENTS, embedders: t
                 for n, client_count in enumerate(sorted(clients)):
                     tokens = await _keys(procs, f"c{client_count}u")  # each run its own users: its reads see only its writes
                     row = await run_load([p.url for p in procs], tokens, client_count, writes, searches, time_limit=time_limit,
-                                         tag=f"run{n}")
+                                         tag=f"run{n}", server_pids=_pids(procs))
                     rows.append({"embedder": embedder, **row, "store": store, "server_startup_s": startup_s})
                     if progress is not None:
                         progress(rows[-1])
@@ -353,7 +383,8 @@ async def run_serve_curve(clients: tuple[int, ...] = CURVE_CLIENTS, embedders: t
             "lost": sum(r["lost"] for r in rows), "duplicated": sum(r["duplicated"] for r in rows)}
 
 
-CURVE_COLUMNS = ("clients", "embedder", "servers", "ops/s", "write p50/p95/p99 ms", "search p50/p95/p99 ms", "errors", "lost", "duplicated")
+CURVE_COLUMNS = ("clients", "embedder", "servers", "ops/s", "server CPU ms/op", "write p50/p95/p99 ms", "search p50/p95/p99 ms",
+                 "errors", "lost", "duplicated")
 
 
 def curve_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -361,5 +392,6 @@ def curve_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def ms(p: dict[str, float]) -> str:
         return f"{p['p50']:,.0f} / {p['p95']:,.0f} / {p['p99']:,.0f}"
 
-    return [dict(zip(CURVE_COLUMNS, (r["clients"], r["embedder"], r["servers"], r["throughput_ops_s"], ms(r["write_ms"]),
+    return [dict(zip(CURVE_COLUMNS, (r["clients"], r["embedder"], r["servers"], r["throughput_ops_s"],
+                                     r.get("server_cpu_ms_per_op"), ms(r["write_ms"]),
                                      ms(r["search_ms"]), json.dumps(r["errors"]), r["lost"], r["duplicated"]))) for r in rows]
