@@ -14,8 +14,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 from _browser import require_chromium
-
-from memos.bench.serve import ServerProcess
+from _loopback import LoopbackServer
 
 require_chromium()
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -24,8 +23,8 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """One `memos serve` for the module: each test uses its own user, so neither sees the other's data."""
-    with ServerProcess(str(tmp_path_factory.mktemp("db"))) as running:
+    """`memos serve`'s app under uvicorn in this process, one for the module: each test uses its own user, so neither sees the other's data."""
+    with LoopbackServer(str(tmp_path_factory.mktemp("db"))) as running:
         yield running
 
 

@@ -15,8 +15,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 from _browser import clean_tab, require_chromium
-
-from memos.bench.serve import ServerProcess
+from _loopback import LoopbackServer
 
 require_chromium()
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -28,7 +27,7 @@ SHOTS = os.environ.get("MEMOS_SCREENSHOTS")
 class Page:
     """The server, its API as the key's holder sees it, and the browser showing /ui."""
 
-    def __init__(self, server: ServerProcess, token: str, driver) -> None:
+    def __init__(self, server: LoopbackServer, token: str, driver) -> None:
         self.server, self.driver = server, driver
         self.headers = {"Authorization": f"Bearer {token}"}
         self.wait = WebDriverWait(driver, 30)
@@ -54,7 +53,7 @@ class Page:
 @pytest.fixture(scope="module")
 def page(tmp_path_factory, chromium):
     store = tmp_path_factory.mktemp("db")
-    with ServerProcess(str(store)) as server:
+    with LoopbackServer(str(store)) as server:
         token = server.make_key("alice", name="web")
         driver = chromium
         driver.set_window_size(1280, 1200)
