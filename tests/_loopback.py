@@ -43,7 +43,7 @@ class LoopbackServer:
         self.uvicorn.should_exit = True
         self.thread.join(30)
 
-    def make_key(self, user_id: str) -> str:
-        r = httpx2.post(self.url + "/admin/keys", json={"user_id": user_id}, headers={"Authorization": f"Bearer {self.admin_key}"}, timeout=30)
+    def make_key(self, user_id: str, **options: Any) -> str:
+        r = httpx2.post(self.url + "/admin/keys", json={"user_id": user_id, **options}, headers={"Authorization": f"Bearer {self.admin_key}"}, timeout=30)
         r.raise_for_status()
         return r.json()["token"]

@@ -52,6 +52,25 @@ def embedder():
     return local_embedder()
 
 
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium for every web-view test module (tests/_browser.py; each module skips without one)."""
+    from _browser import start_chromium
+
+    with start_chromium() as driver:
+        yield driver
+
+
+@pytest.fixture
+def browser(chromium):
+    """The shared Chromium for one test (1280x1000), left after it as a fresh tab would be: blank, no storage."""
+    from _browser import clean_tab
+
+    chromium.set_window_size(1280, 1000)
+    yield chromium
+    clean_tab(chromium)
+
+
 @pytest.fixture
 def clock() -> Clock:
     return Clock()

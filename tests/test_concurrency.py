@@ -24,16 +24,23 @@ TRIALS = int(os.environ.get("MEMOS_STRESS_TRIALS", "1"))
 SECRET = "zebra-quartz-4471-purge-me"
 
 
-def _start_writer(db: Path, side: Path, user: str, stop: Path, seed: int) -> subprocess.Popen:
+def _spawn_writer(db: Path, side: Path, user: str, stop: Path, seed: int) -> subprocess.Popen:
     side.touch()
-    errors = side.with_suffix(".stderr")
-    with errors.open("w") as err:  # a file, not a pipe: a pipe nobody reads would block a long run
-        proc = subprocess.Popen([sys.executable, str(PROBES), "writer", str(db), str(side), user, str(stop), str(seed)], stderr=err)
+    with side.with_suffix(".stderr").open("w") as err:  # a file, not a pipe: a pipe nobody reads would block a long run
+        return subprocess.Popen([sys.executable, str(PROBES), "writer", str(db), str(side), user, str(stop), str(seed)], stderr=err)
+
+
+def _wait_ready(proc: subprocess.Popen, side: Path) -> None:
     deadline = time.monotonic() + 60
     while "ready" not in side.read_text():
-        assert proc.poll() is None, errors.read_text()[-2000:]
+        assert proc.poll() is None, side.with_suffix(".stderr").read_text()[-2000:]
         assert time.monotonic() < deadline, "writer did not start"
         time.sleep(0.05)
+
+
+def _start_writer(db: Path, side: Path, user: str, stop: Path, seed: int) -> subprocess.Popen:
+    proc = _spawn_writer(db, side, user, stop, seed)
+    _wait_ready(proc, side)
     return proc
 
 
@@ -140,9 +147,12 @@ def _worker_round(tmp_path: Path, round_no: int, seconds: float) -> dict:
     with stderr_file.open("w") as err:
         worker = subprocess.Popen([sys.executable, str(PROBES), "worker", str(db), str(seconds + 30), str(log_file)], stderr=err)
     sides = {u: tmp_path / f"acks-{round_no}-{u}.txt" for u in users}
-    writers = [_start_writer(db, sides[u], u, stop, seed=round_no * 10 + i) for i, u in enumerate(users)]
+    # all start at once (a process start costs seconds on a busy machine); the round begins when every writer is ready
+    writers = [_spawn_writer(db, sides[u], u, stop, seed=round_no * 10 + i) for i, u in enumerate(users)]
     reader = subprocess.Popen([sys.executable, str(PROBES), "reader", str(db), str(stop), str(reader_out)])
     try:
+        for proc, user in zip(writers, users):
+            _wait_ready(proc, sides[user])
         time.sleep(seconds)
     finally:
         stop.touch()

@@ -18,7 +18,8 @@ WRITER = textwrap.dedent('''
     import os, sys
     os.environ["LANCE_LOG"] = "error"
     from memos import MemoryOS, Scope
-    db, side, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    db, side = sys.argv[1], sys.argv[2]
+    start = int(sys.stdin.readline())  # started ahead while the previous writer runs: imported, it waits for its turn
     mem = MemoryOS.open_sync(db, embedder=None)
     scope = Scope("writer", "w", "s")
     with open(side, "a") as acks:
@@ -46,10 +47,21 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path: Path):
     rng = random.Random(11)
     kills = 0
     next_id = 0
-    while kills < KILLS:
-        proc = subprocess.Popen([sys.executable, str(script), str(db), str(side), str(next_id)],
+
+    def spawn() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(script), str(db), str(side)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def go(proc: subprocess.Popen, start: int) -> None:
+        proc.stdin.write(f"{start}\n".encode())
+        proc.stdin.flush()
         assert proc.stdout.readline().strip() == b"ready"
+
+    proc = spawn()
+    go(proc, next_id)
+    while kills < KILLS:
+        # the next writer imports while this one writes; it opens the store only after the kill and the check
+        following = spawn() if kills + 1 < KILLS else None
         time.sleep(rng.uniform(0.05, 0.6))
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -64,4 +76,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path: Path):
         assert all(r.summary.startswith("message number ") for r in rows)  # no half-written record
         # the next writer continues after the highest id seen (written or not acknowledged)
         next_id = max([int(s[1:]) for s in stored] + [int(a[1:]) for a in acked] + [-1]) + 1
+        if following is not None:
+            proc = following
+            go(proc, next_id)
     assert len(side.read_text().split()) > 20

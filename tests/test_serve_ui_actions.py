@@ -10,24 +10,14 @@ Set MEMOS_SCREENSHOTS=dir to save the panel screenshots docs/serving.md shows.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import httpx2 as httpx
 import pytest
+from _browser import clean_tab, require_chromium
+from _loopback import LoopbackServer
 
-from memos.bench.serve import ServerProcess
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver")
-
-if not (CHROMIUM and DRIVER):
-    if os.environ.get("CI") == "true":
-        raise RuntimeError("CI must run the browser test: install chromium and chromium-driver (apt) in .ci/run")
-    pytest.skip("no chromium/chromedriver installed (apt-get install chromium chromium-driver)", allow_module_level=True)
-
-webdriver = pytest.importorskip("selenium.webdriver")
+require_chromium()
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -37,7 +27,7 @@ SHOTS = os.environ.get("MEMOS_SCREENSHOTS")
 class Page:
     """The server, its API as the key's holder sees it, and the browser showing /ui."""
 
-    def __init__(self, server: ServerProcess, token: str, driver) -> None:
+    def __init__(self, server: LoopbackServer, token: str, driver) -> None:
         self.server, self.driver = server, driver
         self.headers = {"Authorization": f"Bearer {token}"}
         self.wait = WebDriverWait(driver, 30)
@@ -61,18 +51,12 @@ class Page:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
+def page(tmp_path_factory, chromium):
     store = tmp_path_factory.mktemp("db")
-    profile = tempfile.mkdtemp(prefix="memos-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1280,1200",
-                 f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    with ServerProcess(str(store)) as server:
+    with LoopbackServer(str(store)) as server:
         token = server.make_key("alice", name="web")
-        driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=DRIVER), options=options)
+        driver = chromium
+        driver.set_window_size(1280, 1200)
         try:
             page = Page(server, token, driver)
             page.post("/v1/messages", {"session_id": "old", "messages": [
@@ -88,8 +72,7 @@ def page(tmp_path_factory):
             page.wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#stores .store") and d.find_element(By.ID, "live").text == "live")
             yield page
         finally:
-            driver.quit()
-            shutil.rmtree(profile, ignore_errors=True)
+            clean_tab(driver)
 
 
 def test_the_view_opens_the_latest_session_and_shows_its_compiled_prompt_beside_the_bars(page):
