@@ -33,7 +33,7 @@ from memos.bench.openai_stub import stub_vector
 from memos.embed_requests import RequestPolicy
 from memos.embeddings import TextEmbedder
 
-__all__ = ["StubSettings", "run_remote_bench", "stub_embedder", "stub_process"]
+__all__ = ["StubSettings", "run_remote_bench", "stub_embedder", "stub_process", "stub_stats"]
 
 
 @dataclass(frozen=True)
