@@ -17,7 +17,7 @@ import numpy as np
 
 from .sentence_encoder import SentenceEncoder, length_batches
 
-__all__ = ["TorchSentenceEncoder", "cpu_has_bf16", "cpu_dtype_name"]
+__all__ = ["TorchSentenceEncoder", "cpu_dtype_name", "cpu_has_bf16"]
 
 _BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """CPU flags (as /proc/cpuinfo names them) of native bfloat16 matrix products."""
