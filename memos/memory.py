@@ -30,6 +30,7 @@ from .exceptions import ConfigError, InvalidRecordError, RecordChangedError, Rec
 from .ingest import Message
 from .memtypes import BUILTIN_TYPES, Episode, MemoryRecord
 from .model_backend import MemoryAgent, ModelBackend
+from .passages import delete_passages
 from .records import OCC_ATTEMPTS, R, TypeRef
 from .services import KernelServices
 from .telemetry import span
@@ -249,6 +250,8 @@ class MemoryOS(KernelServices):
         `RecordNotFoundError` once nothing is."""
         check.check_scope(scope)
         name = self.record_type(memory_type).memory_type
+        if self.types[name].holds_turns:  # its passages first: a delete cut short never leaves them alone
+            await delete_passages(self.storage, scope, [validate_record_id(record_id)])
         if not await delete_record(self.storage, scope, name, validate_record_id(record_id)):
             raise RecordNotFoundError(f"no {name} record {record_id!r} in scope {scope}")
 
