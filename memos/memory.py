@@ -292,6 +292,7 @@ class MemoryOS(KernelServices):
         replies: bool = True,
         empty: Sequence[str] = (),
         exclude: Collection[str] = (),
+        now: datetime | None = None,
     ) -> list[Hit]:
         """Hybrid search (vector + full-text, fused by rank, weighted by recency and importance).
 
@@ -309,11 +310,15 @@ class MemoryOS(KernelServices):
 
         `exclude`: record ids left out of the candidates before they are ranked, as if they were
         not stored (a chat step's turns in context, the newest of which may be committing).
+
+        `now`: the moment the question is asked (default: the clock). "Last week", "three days
+        ago" and recency are reckoned from it: a question asked as of an earlier day.
         """
         query, scope = check.check_query(query), check.check_scope(scope)
         k = check.check_int(k, "k", low=1, high=check.MAX_K)
         budget_tokens = check.check_budget(budget_tokens)
         tags, since, until = check.check_tags(tags), check.check_time(since, "since"), check.check_time(until, "until")
+        now = check.check_time(now, "now")
         check.check_bool(include_inactive, "include_inactive")
         check.check_bool(replies, "replies")
         if types is not None:
@@ -330,7 +335,7 @@ class MemoryOS(KernelServices):
             exclude=frozenset(exclude),
         )
         with span("memos.search", user_id=scope.user_id, stores=len(names), k=k, budget_tokens=budget_tokens) as current:
-            hits = await search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count)
+            hits = await search(self.storage, self.embedder, request, now or self.clock(), self.tokenizer.count)
             current.set_attribute("hits", len(hits))
         for hit in hits:
             hit.record = self._redact(hit.record)  # ciphertext never leaves the kernel either

@@ -178,7 +178,8 @@ async def search(
         with storage.behind.excused(request.exclude):  # queued rows of excluded records may stay queued
             lists = await asyncio.gather(*(job for _, _, job in jobs))
         if request.exclude:
-            lists = [[r for r in rows if (r.record.id if source == "graph" else r["id"]) not in request.exclude]
+            lists = [[r for r in rows if (r.record.id if source == "graph" else r["id"]) not in request.exclude
+                      and (source == "graph" or r.get("turn_id") not in request.exclude)]  # nor the passages of those turns
                      for (_, source, _), rows in zip(jobs, lists, strict=True)]
         views: dict[tuple[str, str], RowView] = {}  # a row both queries returned is read once
         candidates: list[Candidate] = []

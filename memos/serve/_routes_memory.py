@@ -159,12 +159,14 @@ class SearchBody(Strict):
     until: datetime | None = None
     tags: list[str] | None = Field(None, max_length=20)
     include_inactive: bool = False
+    now: datetime | None = Field(None, description="When the question is asked (default: now): 'last week' counts from it.")
 
 
 @router.post("/search", tags=["search"], summary="Hybrid search with score parts (vector, full text, recency, importance).")
 async def search_memory(caller: CallerDep, body: SearchBody) -> dict[str, Any]:
     hits = await caller.memory.search(body.query, caller.scope, types=body.types, k=body.k, budget_tokens=body.budget_tokens,
-                                      since=body.since, until=body.until, tags=body.tags, include_inactive=body.include_inactive)
+                                      since=body.since, until=body.until, tags=body.tags, include_inactive=body.include_inactive,
+                                      now=body.now)
     return {"hits": [hit_json(h) for h in hits], "tokens": sum(h.tokens for h in hits)}
 
 
