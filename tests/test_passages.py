@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memos import MemoryOS, Scope
 from memos.memtypes import Episode, Passage
+
+from memos import MemoryOS, Scope
 from memos.passages import LONG_TURN_TOKENS, split_passages
 from memos.portability import export_scope
 from memos.retrieval.packing import render_hits
