@@ -250,8 +250,7 @@ class MemoryOS(KernelServices):
         `RecordNotFoundError` once nothing is."""
         check.check_scope(scope)
         name = self.record_type(memory_type).memory_type
-        if self.types[name].holds_turns:  # its passages first: a delete cut short never leaves them alone
-            await delete_passages(self.storage, scope, [validate_record_id(record_id)])
+        await delete_passages(self.storage, scope, name, [validate_record_id(record_id)])  # first: none outlives its turn
         if not await delete_record(self.storage, scope, name, validate_record_id(record_id)):
             raise RecordNotFoundError(f"no {name} record {record_id!r} in scope {scope}")
 
@@ -310,9 +309,7 @@ class MemoryOS(KernelServices):
 
         `exclude`: record ids left out of the candidates before they are ranked, as if they were
         not stored (a chat step's turns in context, the newest of which may be committing).
-
-        `now`: the moment the question is asked (default: the clock). "Last week", "three days
-        ago" and recency are reckoned from it: a question asked as of an earlier day.
+        `now`: when the question is asked (default: the clock); "last week" and recency count from it.
         """
         query, scope = check.check_query(query), check.check_scope(scope)
         k = check.check_int(k, "k", low=1, high=check.MAX_K)

@@ -95,11 +95,12 @@ def turn_passages(episodes: Sequence[Episode], count: Callable[[str], int]) -> l
     return out
 
 
-async def delete_passages(storage: Storage, scope: Scope, turn_ids: Sequence[str]) -> int:
-    """Delete the passages of these turns in `scope` (each as a record is deleted: row, shared
-    row, history; `memos.store.lancedb.deletion`); returns how many. Run before the turn's own
-    delete, so a delete cut short leaves the turn to retry, never a passage without its turn."""
-    if "passage" not in storage.memory_types() or not turn_ids:
+async def delete_passages(storage: Storage, scope: Scope, memory_type: str, turn_ids: Sequence[str]) -> int:
+    """Delete the passages of these records of store `memory_type` in `scope` (none unless it
+    holds the turns), each as a record is deleted (row, shared row, history;
+    `memos.store.lancedb.deletion`); returns how many. Run before the turn's own delete, so a
+    delete cut short leaves the turn to retry, never a passage without its turn."""
+    if not storage.type_table(memory_type).record_type.holds_turns or "passage" not in storage.memory_types() or not turn_ids:
         return 0
     rows = await storage.rows("passage", Where(scope).raw(sql_in("turn_id", list(turn_ids))).build(), columns=["id"])
     for row in rows:
