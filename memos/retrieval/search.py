@@ -29,6 +29,7 @@ from memos.time_bounds import shift
 from .aggregation import aggregates, spread_sessions
 from .answer_types import expected_answer, favour_answers
 from .packing import pack
+from .passages import PASSAGES, searched_with_passages, whole_or_passages
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
 from .same_subject import with_same_subject
@@ -86,6 +87,9 @@ async def search(
     count_tokens: Callable[[str], int],
 ) -> list[Hit]:
     """Ranked hits for `request`; with a budget, only those that fit it."""
+    if request.budget_tokens is not None:  # the passages of long turns are packed by passage (memos.retrieval.passages)
+        turn_store = next((name for name in request.types if storage.type_table(name).record_type.holds_turns), None)
+        request = replace(request, types=searched_with_passages(request.types, turn_store, storage.memory_types()))
     per_list = max(2 * request.k, 20, (request.budget_tokens or 0) // 15)  # enough candidates to fill the budget
     if request.budget_tokens is not None:  # and deep enough lists to fuse well (README, entity graph)
         per_list = max(per_list, request.policy.budget_candidates)
@@ -143,7 +147,7 @@ async def search(
             called = {s for s in named_speakers(query, set(speakers.said)) if speakers.addressed(s) >= request.policy.addressed_share}
             turn_query = without_speakers(query, called)
         needed = {turn_query} if turns in searched else set()
-        if shared or any(name != turns for name in searched):
+        if shared or any(name not in (turns, PASSAGES) for name in searched):
             needed.add(query)
         wanted = [q for q in needed if embedder and q.strip()]
         found = await asyncio.gather(*(embedder.embed_query(q[:MAX_QUERY_CHARS]) for q in wanted)) if embedder else []
@@ -155,7 +159,7 @@ async def search(
             if name in shared:
                 continue
             columns = RowView.columns(storage.type_table(name).record_type.time_field, with_text) if lean else None
-            own = turn_query if name == turns else query
+            own = turn_query if name in (turns, PASSAGES) else query  # a passage is part of a turn
             own_vector, own_text = vectors.get(own), texts[own]
             if own_vector is not None:
                 jobs.append((name, "vector", storage.vector_search(name, own_vector, wheres[name], per_list, columns)))
@@ -176,7 +180,8 @@ async def search(
         with storage.behind.excused(request.exclude):  # queued rows of excluded records may stay queued
             lists = await asyncio.gather(*(job for _, _, job in jobs))
         if request.exclude:
-            lists = [[r for r in rows if (r.record.id if source == "graph" else r["id"]) not in request.exclude]
+            lists = [[r for r in rows if (r.record.id if source == "graph" else r["id"]) not in request.exclude
+                      and (source == "graph" or r.get("turn_id") not in request.exclude)]  # nor the passages of those turns
                      for (_, source, _), rows in zip(jobs, lists, strict=True)]
         views: dict[tuple[str, str], RowView] = {}  # a row both queries returned is read once
         candidates: list[Candidate] = []
@@ -205,6 +210,8 @@ async def search(
     for hit in hits:
         if isinstance(hit.record, RowView):
             hit.record = storage.type_table(hit.memory_type).to_record(hit.record.row)
+    if request.budget_tokens is not None and turns is not None:
+        hits = whole_or_passages(hits, request.budget_tokens, count_tokens, turns)
     if request.budget_tokens is not None and request.policy.session_spread < 1 and aggregates(request.query):
         hits = spread_sessions(hits, request.policy.session_spread)  # coverage across sessions first
     if request.budget_tokens is not None and turns in wheres:
