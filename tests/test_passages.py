@@ -110,3 +110,40 @@ async def test_erasing_a_scope_erases_its_passages(mem: MemoryOS, alice: Scope, 
     assert removed["passage"] >= 3
     assert await mem.list(alice, Passage) == []
     assert len(await mem.list(bob, Passage)) == removed["passage"]
+
+
+async def test_a_superseded_or_archived_turn_takes_its_passages_out_of_search(mem: MemoryOS, alice: Scope):
+    question, answer = await _long_turn(mem, alice)
+    query = "what hydration for a beginner sourdough loaf"
+    assert any("70 percent" in h.text for h in await mem.search(query, alice, budget_tokens=120))
+    await mem.supersede(alice, "episodic", answer.id, Episode(summary="Bake at 230 degrees.", actor="assistant", occurred_at=WHEN))
+    assert await mem.list(alice, Passage) == []  # none active: they follow the turn's status
+    assert {p.status for p in await mem.list(alice, Passage, status=None)} == {"superseded"}
+    for budget in (120, 500, 4000):
+        assert all("70 percent" not in h.text for h in await mem.search(query, alice, budget_tokens=budget))
+    other = Scope("carol")
+    _, kept = await _long_turn(mem, other)
+    await mem.archive(other, "episodic", kept.id)
+    assert all("70 percent" not in h.text for h in await mem.search(query, other, budget_tokens=120))
+
+
+async def test_an_updated_turn_rebuilds_its_passages(mem: MemoryOS, alice: Scope):
+    _, answer = await _long_turn(mem, alice)
+    old = {p.id for p in await mem.list(alice, Passage)}
+    revised = ESSAY.replace("about 70 percent water", "about 65 percent water")
+    await mem.update(alice, "episodic", answer.id, {"summary": revised})
+    passages = sorted(await mem.list(alice, Passage), key=lambda p: p.position)
+    assert passages and not {p.id for p in passages} & old
+    assert " ".join(p.summary for p in passages).split() == revised.split()
+    hits = await mem.search("what hydration for a beginner sourdough loaf", alice, budget_tokens=120)
+    assert any("65 percent" in h.text for h in hits) and all("70 percent" not in h.text for h in hits)
+    await mem.update(alice, "episodic", answer.id, {"summary": "Seventy percent."})  # no longer long: no passages
+    assert await mem.list(alice, Passage, status=None) == []
+
+
+async def test_a_passage_and_its_turn_are_packed_once(mem: MemoryOS, alice: Scope):
+    _, answer = await _long_turn(mem, alice)
+    for budget in (120, 500, 1000, 4000):
+        hits = await mem.search("what hydration for a beginner sourdough loaf", alice, budget_tokens=budget)
+        forms = [h for h in hits if h.id == answer.id or getattr(h.record, "turn_id", "") == answer.id]
+        assert len(forms) == 1, budget  # the whole turn or one passage of it, never both nor two passages

@@ -1,25 +1,30 @@
-"""Passages in a budgeted search: which of a long turn's forms a budget buys.
+"""Passages in a budgeted search: a long turn's passages find it, one form of it is packed.
 
 A long turn is stored whole and as passages (`memos.passages`). A budgeted search of the turns
-searches the passages too (`searched_with_passages`); among its fused hits a turn and its
-passages stand for the same words, so `whole_or_passages` keeps one form of each: the whole
-turn, at the best rank any of its forms reached, when it costs at most `WHOLE_TURN_SHARE` of
-the budget; else its passages, each at its own rank (the turn is dropped). Pure.
+searches the passages too (`searched_with_passages`, when `RankingPolicy.passages` is on). A
+passage does not compete with its turn: the turn and its ranked passages are one entry, at the
+best rank any of them reached (`one_form`), packed as the whole turn when it costs at most
+`RankingPolicy.passage_whole_share` of the budget or when `RankingPolicy.passage_whole_parts`
+of its passages ranked, else as its best passage (its others are left out: they cite the same
+turn). A passage stands for its turn in the turns around it
+(`turn_of`) and is dropped where its whole turn is packed too (`without_repeats`). The turn of a
+passage is read when it was not a hit itself (`parent_turns`): a passage whose turn is not
+found (deleted, superseded, outside the statuses asked for) is dropped with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from memos.store.protocol import Store
+from memos.store.scope import Scope, Where, sql_in
+
 from .ranking import Hit
 
-__all__ = ["PASSAGES", "WHOLE_TURN_SHARE", "searched_with_passages", "whole_or_passages"]
+__all__ = ["PASSAGES", "one_form", "parent_turns", "searched_with_passages", "turn_of", "without_repeats"]
 
 PASSAGES = "passage"
 """The store of the passages of long turns (`memtypes.passage`)."""
-WHOLE_TURN_SHARE = 0.25
-"""A long turn is packed whole only when it costs at most this share of the budget: a small
-budget buys its relevant parts and other hits, a large one the turn with its surroundings."""
 
 
 def searched_with_passages(types: Sequence[str], turns: str | None, stores: Sequence[str]) -> list[str]:
@@ -31,28 +36,65 @@ def searched_with_passages(types: Sequence[str], turns: str | None, stores: Sequ
     return [*types[:at], PASSAGES, *types[at:]]
 
 
-def whole_or_passages(hits: Sequence[Hit], budget: int, count_tokens: Callable[[str], int], turns: str) -> list[Hit]:
-    """`hits` with one form of each long turn (see the module docstring), in rank order."""
-    parts: dict[str, list[int]] = {}  # turn id -> ranks of its passages
-    for rank, hit in enumerate(hits):
+def turn_of(hit: Hit) -> str:
+    """The id of the turn `hit` stands for: its own, or its turn's for a passage."""
+    return str(getattr(hit.record, "turn_id", "")) if hit.memory_type == PASSAGES else hit.id
+
+
+async def parent_turns(storage: Store, scope: Scope, statuses: Sequence[str], turns: str, hits: Sequence[Hit]) -> dict[str, Hit]:
+    """The turn of every passage among `hits`, by id, as a hit: the hit itself where the turn
+    ranked, else read (one query) with `statuses` and given the score of its best passage."""
+    out = {hit.id: hit for hit in hits if hit.memory_type == turns}
+    missing: dict[str, Hit] = {}
+    for hit in hits:
+        if hit.memory_type == PASSAGES and (turn := turn_of(hit)) not in out:
+            missing.setdefault(turn, hit)
+    if missing:
+        table = storage.type_table(turns)
+        rows = await storage.rows(turns, Where(scope).status_in(statuses).raw(sql_in("id", list(missing))).build())
+        for row in rows:
+            best = missing[row["id"]]
+            out[row["id"]] = Hit(turns, table.to_record(row), best.score, {**best.parts, "passage": 1.0})
+    return out
+
+
+def one_form(hits: Sequence[Hit], parents: dict[str, Hit], budget: int, count_tokens: Callable[[str], int],
+             whole_share: float, whole_parts: int = 0) -> list[Hit]:
+    """`hits` with each long turn and its ranked passages as one entry (see the module
+    docstring), in rank order; `parents`: `parent_turns`. Pure."""
+    ranked: dict[str, list[Hit]] = {}
+    for hit in hits:
         if hit.memory_type == PASSAGES:
-            parts.setdefault(str(getattr(hit.record, "turn_id", "")), []).append(rank)
-    if not parts:
-        return list(hits)
-    whole: dict[str, int] = {}  # turn id -> the rank it takes
-    for rank, hit in enumerate(hits):
-        if hit.memory_type == turns and hit.id in parts:
-            if count_tokens(hit.record.render_line()) <= budget * WHOLE_TURN_SHARE:
-                whole[hit.id] = min(rank, parts[hit.id][0])
-    out: list[tuple[int, Hit]] = []
-    for rank, hit in enumerate(hits):
-        if hit.memory_type == PASSAGES:
-            turn = str(getattr(hit.record, "turn_id", ""))
-            if turn not in whole:
-                out.append((rank, hit))
-        elif hit.memory_type == turns and hit.id in parts:
-            if hit.id in whole:
-                out.append((whole[hit.id], hit))
+            ranked.setdefault(turn_of(hit), []).append(hit)
+    out: list[Hit] = []
+    placed: set[str] = set()
+    for hit in hits:
+        turn = turn_of(hit)
+        if turn not in ranked:
+            out.append(hit)
+            continue
+        if turn in placed or turn not in parents:  # placed at its best rank; or its turn is gone
+            continue
+        placed.add(turn)
+        whole = parents[turn]
+        parts = ranked[turn]
+        if 0 < whole_parts <= len(parts) or count_tokens(whole.record.render_line()) <= budget * whole_share:
+            whole.score = max(whole.score, hit.score)
+            out.append(whole)
         else:
-            out.append((rank, hit))
-    return [hit for _, hit in sorted(out, key=lambda item: item[0])]
+            out.append(parts[0])
+    return out
+
+
+def without_repeats(hits: Sequence[Hit]) -> list[Hit]:
+    """`hits` less each passage whose whole turn is among them too, and less a whole turn whose
+    passage came first (a neighbour brought it): the words are packed once, where they ranked."""
+    out: list[Hit] = []
+    seen: set[str] = set()
+    for hit in hits:
+        turn = turn_of(hit)
+        if turn in seen:
+            continue
+        seen.add(turn)
+        out.append(hit)
+    return out

@@ -29,7 +29,7 @@ from memos.time_bounds import shift
 from .aggregation import aggregates, spread_sessions
 from .answer_types import expected_answer, favour_answers
 from .packing import pack
-from .passages import PASSAGES, searched_with_passages, whole_or_passages
+from .passages import PASSAGES, one_form, parent_turns, searched_with_passages, turn_of, without_repeats
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
 from .same_subject import with_same_subject
@@ -87,7 +87,7 @@ async def search(
     count_tokens: Callable[[str], int],
 ) -> list[Hit]:
     """Ranked hits for `request`; with a budget, only those that fit it."""
-    if request.budget_tokens is not None:  # the passages of long turns are packed by passage (memos.retrieval.passages)
+    if request.budget_tokens is not None and request.policy.passages:  # the passages of long turns find them (memos.retrieval.passages)
         turn_store = next((name for name in request.types if storage.type_table(name).record_type.holds_turns), None)
         request = replace(request, types=searched_with_passages(request.types, turn_store, storage.memory_types()))
     per_list = max(2 * request.k, 20, (request.budget_tokens or 0) // 15)  # enough candidates to fill the budget
@@ -210,8 +210,10 @@ async def search(
     for hit in hits:
         if isinstance(hit.record, RowView):
             hit.record = storage.type_table(hit.memory_type).to_record(hit.record.row)
-    if request.budget_tokens is not None and turns is not None:
-        hits = whole_or_passages(hits, request.budget_tokens, count_tokens, turns)
+    if request.budget_tokens is not None and turns is not None and any(h.memory_type == PASSAGES for h in hits):
+        parents = await parent_turns(storage, request.scope, request.statuses, turns, hits)
+        hits = one_form(hits, parents, request.budget_tokens, count_tokens,
+                         request.policy.passage_whole_share, request.policy.passage_whole_parts)
     if request.budget_tokens is not None and request.policy.session_spread < 1 and aggregates(request.query):
         hits = spread_sessions(hits, request.policy.session_spread)  # coverage across sessions first
     if request.budget_tokens is not None and turns in wheres:
@@ -219,6 +221,7 @@ async def search(
     if request.policy.neighbours and turns is not None:
         hits = await _with_neighbours(storage, request, hits, turns)
     if request.budget_tokens is not None:
+        hits = without_repeats(hits) if PASSAGES in request.types else hits
         return pack(hits, request.budget_tokens, count_tokens)
     if request.replies and turns is not None:  # a question its reply, an exchange its other half (memos.retrieval.replies)
         return await with_replies(storage, request.scope, request.statuses, request.policy.neighbour_window_minutes,
@@ -401,7 +404,8 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
     if request.budget_tokens is None:  # a top-k search returns k records, not context around them
         return hits
     count = min(policy.neighbours, request.budget_tokens // max(1, policy.neighbour_budget_tokens))
-    anchors = [h for h in hits if h.memory_type == turns_store and getattr(h.record, "event_type", "") == "message"][:count]
+    anchors = [h for h in hits if (h.memory_type == turns_store and getattr(h.record, "event_type", "") == "message")
+               or h.memory_type == PASSAGES][:count]  # a passage stands for its turn
     if not anchors:
         return hits
     reach = timedelta(minutes=policy.neighbour_window_minutes)
@@ -411,9 +415,9 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
     for anchor in anchors:
         turns = by_session.get((anchor.record.user_id, anchor.record.agent_id, anchor.record.session_id), [])
         ids = [t.id for t in turns]
-        if anchor.id not in ids:
+        if turn_of(anchor) not in ids:
             continue
-        at = ids.index(anchor.id)
+        at = ids.index(turn_of(anchor))
         for record in (turns[at - 1] if at > 0 else None, turns[at + 1] if at + 1 < len(turns) else None):
             if record is not None:
                 extra.setdefault(anchor.id, []).append(Hit(turns_store, record, anchor.score, {"neighbour_of": 1.0}))
