@@ -33,7 +33,7 @@ __all__ = [
     "new_id",
 ]
 
-BUILTIN_TYPES: tuple[type[MemoryRecord], ...] = (CoreBlock, Episode, Fact, Procedure, Resource, VaultItem, Entity, Relation, Passage)
+BUILTIN_TYPES: tuple[type[MemoryRecord], ...] = (CoreBlock, Episode, Fact, Procedure, Resource, VaultItem, Entity, Relation)
 """The stores every `MemoryOS` has: core, episodic, semantic, procedural, resource and vault, and the
-entity graph's entity and relation (`memtypes.entity`), and the passages of long turns
-(`memtypes.passage`)."""
+entity graph's entity and relation (`memtypes.entity`). The passages of long turns
+(`memtypes.passage`) are opt-in: `MemoryOS.open(..., types=[Passage])`."""

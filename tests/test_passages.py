@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from memos.memtypes import Episode, Passage
 
 from memos import MemoryOS, Scope
@@ -14,6 +16,12 @@ from memos.portability import export_scope
 from memos.retrieval.packing import render_hits
 
 WHEN = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+
+
+@pytest.fixture
+async def mem(db_path, embedder, clock, vault_key) -> MemoryOS:
+    """A memory with the passage store (opt-in)."""
+    return await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key, types=[Passage])
 FILLER = [f"Step {i}: whisk the eggs with sugar, fold in the flour gently and rest the batter for a while before baking it." for i in range(30)]
 ESSAY = " ".join(FILLER[:15] + ["For a beginner's sourdough loaf, the best hydration is about 70 percent water by weight."] + FILLER[15:])
 

@@ -27,7 +27,7 @@ async def test_reopening_finds_everything(db_path, embedder, clock, vault_key, a
     again = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
     assert (await again.get(alice, "semantic", fact.id)).summary == "Alice plays the cello"
     assert [h.id for h in await again.search("cello", alice)] == [fact.id]
-    assert sorted(again.type_names) == sorted(["core", "episodic", "semantic", "procedural", "resource", "vault", "entity", "relation", "passage"])
+    assert sorted(again.type_names) == sorted(["core", "episodic", "semantic", "procedural", "resource", "vault", "entity", "relation"])
 
 
 async def test_crud_and_every_mutation_in_history(mem, alice, clock):

@@ -39,8 +39,8 @@ class Pin(MemoryRecord):
 
 def test_builtin_declarations():
     declared = {t.memory_type: t for t in BUILTIN_TYPES}
-    assert [n for n, t in declared.items() if not t.searched_by_default] == ["core", "entity", "passage"]  # entities: by links; passages: by budgeted searches
-    assert sorted(n for n, t in declared.items() if not t.model_writable) == ["core", "entity", "passage", "relation", "vault"]  # graph: own tools
+    assert [n for n, t in declared.items() if not t.searched_by_default] == ["core", "entity"]  # entities: reached by links
+    assert sorted(n for n, t in declared.items() if not t.model_writable) == ["core", "entity", "relation", "vault"]  # graph: own tools
     assert sorted(n for n, t in declared.items() if t.consolidate) == ["episodic", "procedural", "resource", "semantic"]
     assert sorted(n for n, t in declared.items() if t.decays) == ["episodic", "procedural", "resource", "semantic"]
     assert [n for n, t in declared.items() if t.holds_turns] == ["episodic"]

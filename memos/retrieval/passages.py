@@ -41,7 +41,7 @@ def turn_of(hit: Hit) -> str:
     return str(getattr(hit.record, "turn_id", "")) if hit.memory_type == PASSAGES else hit.id
 
 
-async def parent_turns(storage: Store, scope: Scope, statuses: Sequence[str], turns: str, hits: Sequence[Hit]) -> dict[str, Hit]:
+async def parent_turns(storage: Store, scope: Scope, statuses: tuple[str, ...], turns: str, hits: Sequence[Hit]) -> dict[str, Hit]:
     """The turn of every passage among `hits`, by id, as a hit: the hit itself where the turn
     ranked, else read (one query) with `statuses` and given the score of its best passage."""
     out = {hit.id: hit for hit in hits if hit.memory_type == turns}
