@@ -5,7 +5,8 @@ about one part of it: a budgeted search that could only pack the whole turn paid
 and the turn's one vector (its encoder reads the first few hundred words) said little of its tail.
 Its passages are derived records: each names its turn (`turn_id`), carries the turn's speaker,
 time, scope and provenance (`source_ids`), and renders under the turn's date like the turn.
-They are written with the turn (`memos.passages`), deleted with it, and never written by a model.
+They are written with the turn (`memos.passages`), rebuilt when it is updated, follow its status,
+are deleted with it, and are never written by a model. Opt-in: `MemoryOS.open(..., types=[Passage])`.
 """
 
 from __future__ import annotations
