@@ -58,7 +58,10 @@ async def run_retrieval_bench(
         conversations = [c for c in conversations if c.sample_id in samples]
     with tempfile.TemporaryDirectory(prefix="memos-bench-") as tmp:
         mem = await MemoryOS.open(db_path or Path(tmp) / "db", embedder=embedder, model="gpt-4o", **(open_kwargs or {}))
-        return await _run(mem, conversations, max_questions, progress)
+        report = await _run(mem, conversations, max_questions, progress)
+        if "passage" in mem.types:  # opt-in (memtypes.passage): how many the long turns made
+            report["passages"] = await mem.storage.count("passage")
+        return report
 
 
 async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: int | None, progress: Any) -> dict[str, Any]:
