@@ -101,6 +101,9 @@ class RankingPolicy:
     passage_whole_share: float = 0.25
     """A long turn found by one of its passages is packed whole when it costs at most this share
     of the budget, else as its best passage."""
+    passages_lift: bool = False
+    """A passage's match counts as its turn's (the better of the two in each list) instead of
+    ranking on its own (`memos.retrieval.passages.as_turn_matches`)."""
     passage_whole_parts: int = 0
     """A long turn is packed whole also when this many of its passages ranked; 0 turns it off."""
     budget_candidates: int = 400

@@ -29,7 +29,8 @@ from memos.time_bounds import shift
 from .aggregation import aggregates, spread_sessions
 from .answer_types import expected_answer, favour_answers
 from .packing import pack
-from .passages import PASSAGES, one_form, parent_turns, searched_with_passages, turn_of, without_repeats
+from .passages import (PASSAGES, as_turn_matches, best_passage_form, lifted_turns, one_form, parent_turns, searched_with_passages,
+                       turn_of, without_repeats)
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
 from .same_subject import with_same_subject
@@ -140,6 +141,9 @@ async def search(
     speakers = (await scope_speakers(storage, request.scope, turns)
                 if request.budget_tokens is not None and request.policy.addressed_share <= 1 and turns in searched else None)
 
+    lift = PASSAGES in searched and request.policy.passages_lift  # a passage's match is its turn's (memos.retrieval.passages)
+    best_passages: dict[str, RowView] = {}
+
     async def ranked(query: str) -> list[Hit]:
         """The fused hits of one query text (the request's, or one part of a question in parts)."""
         turn_query = query
@@ -192,6 +196,8 @@ async def search(
                 candidates.extend(_shared_candidates(rows, source, views, per_list))
             else:
                 candidates.extend(rank_rows(name, rows, source, _viewer(views, name, storage.type_table(name).record_type.time_field)))
+        if lift and turns is not None:
+            candidates = as_turn_matches(candidates, turns, best_passages)
         hits = fuse(candidates, for_language(request.policy, query, embedder), now, window, depth=per_list)
         if request.budget_tokens is not None:  # a budgeted search has its candidates' rows (speakers) at hand
             return favour_speakers(hits, query, request.policy.speaker_weight)
@@ -207,10 +213,15 @@ async def search(
     # Records are built only for the hits that can be returned: those a budget can reach when
     # packing one, the first k (their rows taken now) otherwise.
     hits = await _taken(storage, hits[: request.k], wheres) if lean else hits
+    if lift and turns is not None:
+        hits = await lifted_turns(storage, request.scope, request.statuses, turns, hits)
     for hit in hits:
         if isinstance(hit.record, RowView):
             hit.record = storage.type_table(hit.memory_type).to_record(hit.record.row)
-    if request.budget_tokens is not None and turns is not None and any(h.memory_type == PASSAGES for h in hits):
+    if lift and turns is not None and request.budget_tokens is not None:
+        hits = best_passage_form(storage, hits, best_passages, turns, request.budget_tokens, count_tokens,
+                                 request.policy.passage_whole_share)
+    elif request.budget_tokens is not None and turns is not None and any(h.memory_type == PASSAGES for h in hits):
         parents = await parent_turns(storage, request.scope, request.statuses, turns, hits)
         hits = one_form(hits, parents, request.budget_tokens, count_tokens,
                          request.policy.passage_whole_share, request.policy.passage_whole_parts)
