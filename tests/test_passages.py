@@ -82,7 +82,8 @@ async def test_a_small_budget_buys_the_relevant_passage_of_a_long_turn(mem: Memo
     rendered = render_hits(hits)
     assert mem.tokenizer.count(rendered) <= budget
     assert "[8 May 2023]" in rendered and "assistant: …" in rendered  # the turn's date and speaker
-    big = await mem.search("what hydration for a beginner sourdough loaf", alice, budget_tokens=4000)
+    large = int(mem.tokenizer.count(f"assistant: {ESSAY}") / mem.ranking.passage_whole_share) + 50  # the turn within its share
+    big = await mem.search("what hydration for a beginner sourdough loaf", alice, budget_tokens=large)
     assert [h.id for h in big if h.memory_type == "episodic" and h.id == answer.id]  # a large budget packs it whole
     assert not [h for h in big if h.memory_type == "passage"]
 

@@ -98,9 +98,10 @@ class RankingPolicy:
     passages: bool = True
     """Budgeted searches search the passages of long turns too (`memos.retrieval.passages`): a
     passage that matches finds its turn, and a small budget can pack the passage alone."""
-    passage_whole_share: float = 0.25
+    passage_whole_share: float = 0.15
     """A long turn found by one of its passages is packed whole when it costs at most this share
-    of the budget, else as its best passage."""
+    of the budget, else as its best passage (0.15 measured better than 0.25 and 0.5:
+    docs/benchmarks.md)."""
     passages_lift: bool = False
     """A passage's match counts as its turn's (the better of the two in each list) instead of
     ranking on its own (`memos.retrieval.passages.as_turn_matches`)."""
