@@ -8,7 +8,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
-
 from memos.memtypes import Episode, Passage
 
 from memos import MemoryOS, Scope

@@ -29,8 +29,17 @@ from memos.time_bounds import shift
 from .aggregation import aggregates, spread_sessions
 from .answer_types import expected_answer, favour_answers
 from .packing import pack
-from .passages import (PASSAGES, as_turn_matches, best_passage_form, lifted_turns, one_form, parent_turns, searched_with_passages,
-                       turn_of, without_repeats)
+from .passages import (
+    PASSAGES,
+    as_turn_matches,
+    best_passage_form,
+    lifted_turns,
+    one_form,
+    parent_turns,
+    searched_with_passages,
+    turn_of,
+    without_repeats,
+)
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
 from .same_subject import with_same_subject
