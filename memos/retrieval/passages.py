@@ -2,7 +2,10 @@
 
 A long turn is stored whole and as passages (`memos.passages`). A budgeted search of the turns
 searches the passages too (`searched_with_passages`, when `RankingPolicy.passages` is on). A
-passage does not compete with its turn: the turn and its ranked passages are one entry, at the
+passage does not compete with its turn: by default (`RankingPolicy.passages_lift`) its match
+counts as its turn's in each list before the lists are fused (`as_turn_matches`), and a turn so
+found is packed whole within `RankingPolicy.passage_whole_share` of the budget, else as that
+passage (`best_passage_form`). Otherwise the turn and its ranked passages are one entry, at the
 best rank any of them reached (`one_form`), packed as the whole turn when it costs at most
 `RankingPolicy.passage_whole_share` of the budget or when `RankingPolicy.passage_whole_parts`
 of its passages ranked, else as its best passage (its others are left out: they cite the same
