@@ -30,6 +30,7 @@ from .exceptions import ConfigError, InvalidRecordError, RecordChangedError, Rec
 from .ingest import Message
 from .memtypes import BUILTIN_TYPES, Episode, MemoryRecord
 from .model_backend import MemoryAgent, ModelBackend
+from .passages import delete_passages
 from .records import OCC_ATTEMPTS, R, TypeRef
 from .services import KernelServices
 from .telemetry import span
@@ -249,6 +250,7 @@ class MemoryOS(KernelServices):
         `RecordNotFoundError` once nothing is."""
         check.check_scope(scope)
         name = self.record_type(memory_type).memory_type
+        await delete_passages(self.storage, scope, name, [validate_record_id(record_id)])  # first: none outlives its turn
         if not await delete_record(self.storage, scope, name, validate_record_id(record_id)):
             raise RecordNotFoundError(f"no {name} record {record_id!r} in scope {scope}")
 
@@ -289,6 +291,7 @@ class MemoryOS(KernelServices):
         replies: bool = True,
         empty: Sequence[str] = (),
         exclude: Collection[str] = (),
+        now: datetime | None = None,
     ) -> list[Hit]:
         """Hybrid search (vector + full-text, fused by rank, weighted by recency and importance).
 
@@ -306,11 +309,13 @@ class MemoryOS(KernelServices):
 
         `exclude`: record ids left out of the candidates before they are ranked, as if they were
         not stored (a chat step's turns in context, the newest of which may be committing).
+        `now`: when the question is asked (default: the clock); "last week" and recency count from it.
         """
         query, scope = check.check_query(query), check.check_scope(scope)
         k = check.check_int(k, "k", low=1, high=check.MAX_K)
         budget_tokens = check.check_budget(budget_tokens)
         tags, since, until = check.check_tags(tags), check.check_time(since, "since"), check.check_time(until, "until")
+        now = check.check_time(now, "now")
         check.check_bool(include_inactive, "include_inactive")
         check.check_bool(replies, "replies")
         if types is not None:
@@ -327,7 +332,7 @@ class MemoryOS(KernelServices):
             exclude=frozenset(exclude),
         )
         with span("memos.search", user_id=scope.user_id, stores=len(names), k=k, budget_tokens=budget_tokens) as current:
-            hits = await self.searches.run(search(self.storage, self.embedder, request, self.clock(), self.tokenizer.count))
+            hits = await self.searches.run(search(self.storage, self.embedder, request, now or self.clock(), self.tokenizer.count))
             current.set_attribute("hits", len(hits))
         for hit in hits:
             hit.record = self._redact(hit.record)  # ciphertext never leaves the kernel either

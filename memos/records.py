@@ -27,7 +27,8 @@ from .batching import Admission, QueueLimits
 from .embeddings import TextEmbedder
 from .exceptions import DuplicateIdError, InvalidRecordError, RecordChangedError, RecordNotFoundError
 from .group_commit import AddJob, GroupCommit
-from .memtypes import MemoryRecord
+from .memtypes import Episode, MemoryRecord
+from .passages import delete_passages, turn_passages
 from .telemetry import span
 from .time_bounds import shift
 from .tokens import Tokenizer
@@ -244,6 +245,19 @@ class RecordAccess:
             history.extend(audit)
         else:
             await self.storage.append_history(audit)
+        if op != "add" and before and "passage" in self.types and self.record_type(name).holds_turns:
+            await self._follow_turns([r for r in records if isinstance(r, Episode)], before, actor)
+
+    async def _follow_turns(self, turns: Sequence[Episode], before: dict[str, MemoryRecord], actor: str) -> None:
+        """The passages of turns just rewritten follow them (`memos.passages`): a turn whose text
+        or status changed has its passages deleted and built again from what it says now, with
+        its status (none for one that is no longer long)."""
+        changed = [t for t in turns if (old := before.get(t.id)) is None or getattr(old, "summary", None) != t.summary
+                   or old.status != t.status]
+        for turn in changed:
+            await delete_passages(self.storage, Scope(turn.user_id), turn.memory_type, [turn.id])
+        if built := turn_passages(changed, self.tokenizer.count):
+            await self._write("passage", built, "add", actor, before=None)
 
     def _rows(self, name: str, records: Sequence[MemoryRecord], vectors: Sequence[list[float] | None]) -> list[dict[str, Any]]:
         """The table rows of `records` in store `name`, with their vectors."""

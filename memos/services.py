@@ -29,6 +29,7 @@ from .embeddings import LOCAL_BATCH, resolve_embedder
 from .exceptions import ConfigError, InvalidRecordError, RecordChangedError, RecordNotFoundError
 from .ingest import Message, episodes_from_messages
 from .memtypes import Episode, MemoryRecord, new_id
+from .passages import turn_passages
 from .time_bounds import shift
 from .vault import Vault
 
@@ -372,8 +373,11 @@ class KernelServices(RecordAccess):
         stored, and a failure stores nothing more."""
         episodes = list(episodes)
         chunks = [episodes[start : start + INGEST_CHUNK] for start in range(0, len(episodes), INGEST_CHUNK)]
+        # a long turn is stored with its passages, in the same call (memos.passages)
+        passages = "passage" in self.types
+        records: list[list[MemoryRecord]] = [[*c, *(turn_passages(c, self.tokenizer.count) if passages else [])] for c in chunks]
 
-        async def embed(chunk: list[Episode]) -> dict[str, list[float] | None]:
+        async def embed(chunk: list[MemoryRecord]) -> dict[str, list[float] | None]:
             texts = list(dict.fromkeys(e.index_text() for e in chunk))
             return dict(zip(texts, await self._vectors(texts), strict=True))
 
@@ -382,10 +386,10 @@ class KernelServices(RecordAccess):
         ahead: collections.deque[asyncio.Future[dict[str, list[float] | None]]] = collections.deque()
         try:
             for index, chunk in enumerate(chunks):
-                for later in chunks[index + len(ahead) : index + 1 + depth]:  # this chunk and `depth` after it
+                for later in records[index + len(ahead) : index + 1 + depth]:  # this chunk and `depth` after it
                     ahead.append(asyncio.ensure_future(embed(later)))
                 vectors = await ahead.popleft()
-                await self._add(scope, chunk, actor=actor, behind=behind, vectors=vectors)
+                await self._add(scope, records[index], actor=actor, behind=behind, vectors=vectors)
                 if self.entity_links and "entity" in self.types:  # raw-mode entity links (memos.graph.entities)
                     await self.graph.link(scope, chunk, actor=actor)
                 if progress is not None:

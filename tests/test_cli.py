@@ -99,6 +99,11 @@ def test_bench_retrieval_on_a_tiny_locomo_file(tmp_path, embedder, monkeypatch):
     assert report["questions"] == 2 and report["recall_all"]["4000"] == 1.0 and 0 < report["tokens_used"]["500"] <= 500
     assert set(report) >= {"recall_any", "recall_all_by_category", "ingest_turns_per_s", "search_ms"}
     assert (start - timedelta(0)).year == 2023
+    assert "passages" not in report  # opt-in
+    data[0]["conversation"]["session_1"][1]["text"] = " ".join(["Shiba inus are loyal, alert and stubborn dogs."] * 60)
+    path.write_text(json.dumps(data))
+    with_passages = json.loads(runner.invoke(app, ["bench", "retrieval", str(path), "--passages", "--json", "-"]).stdout)
+    assert with_passages["passages"] >= 2 and with_passages["recall_all"]["4000"] == 1.0
     missing = runner.invoke(app, ["bench", "retrieval", str(tmp_path / "none.json")])
     assert missing.exit_code == 2 and "does not exist" in flat(missing.output)
 

@@ -411,3 +411,17 @@ async def test_the_graph_view_draws_entity_and_relation_stores_when_the_store_ha
     graph = (await graph_api.http.get("/v1/graph", headers=alice)).json()
     assert graph["available"] and sorted(n["label"] for n in graph["nodes"]) == ["Alice", "Miso"]
     assert [(e["source"], e["label"], e["target"]) for e in graph["edges"]] == [("Alice", "has cat", "Miso")]
+
+
+async def test_search_as_of_a_given_day(api):
+    alice = await api.key("alice")
+    for session, text, when in (("s1", "I baked sourdough bread at home this evening.", "2023-05-02T19:00:00Z"),
+                                ("s2", "I baked a lemon cake at home this evening.", "2023-06-20T19:00:00Z")):
+        r = await api.http.post("/v1/messages", json={"session_id": session, "messages": [{"text": text, "timestamp": when}]},
+                                headers=alice)
+        assert r.status_code == 201, r.text
+    for now, expected in (("2023-05-10T00:00:00Z", "bread"), ("2023-06-28T00:00:00Z", "cake")):
+        r = await api.http.post("/v1/search", json={"query": "What did I bake last week?", "k": 1, "now": now}, headers=alice)
+        assert expected in r.json()["hits"][0]["record"]["summary"]
+    r = await api.http.post("/v1/search", json={"query": "bread", "now": "last tuesday"}, headers=alice)
+    assert r.status_code == 422

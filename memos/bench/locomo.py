@@ -14,9 +14,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memos.exceptions import ConfigError
 from memos.ingest import Message
 
-__all__ = ["Conversation", "Question", "load_locomo", "parse_locomo_time"]
+__all__ = ["Conversation", "Question", "load_locomo", "parse_locomo_time", "parse_question_date"]
 
 RETRIEVAL_CATEGORIES = (1, 2, 3, 4)
 
@@ -28,6 +29,9 @@ class Question:
     text: str
     evidence: tuple[str, ...]
     category: int
+    asked_at: datetime | None = None
+    """When the question is asked (a set's `question_date`, e.g. LongMemEval's), else None: the
+    search then reckons "last week" from the memory's clock."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,24 @@ class Conversation:
 def parse_locomo_time(text: str) -> datetime:
     """'1:56 pm on 8 May, 2023' -> an aware UTC datetime."""
     return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def parse_question_date(text: str | None) -> datetime | None:
+    """A qa item's `question_date` ('2023/05/27 (Sat) 03:27', or ISO) -> an aware UTC datetime;
+    None when there is none."""
+    if not text:
+        return None
+    cleaned = re.sub(r"\s*\([A-Za-z]{3}\)", "", text.strip())
+    for layout in ("%Y/%m/%d %H:%M", "%Y/%m/%d"):
+        try:
+            return datetime.strptime(cleaned, layout).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    try:
+        when = datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise ConfigError(f"question_date {text!r} is not a date (e.g. '2023/05/27 (Sat) 03:27' or ISO 8601)") from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def _image(caption: str) -> str:
@@ -84,7 +106,7 @@ def load_locomo(path: str | Path, categories: tuple[int, ...] = RETRIEVAL_CATEGO
             sample_id=sample["sample_id"],
             messages=_messages(sample["conversation"]),
             questions=[
-                Question(q["question"], _evidence(q.get("evidence", [])), int(q["category"]))
+                Question(q["question"], _evidence(q.get("evidence", [])), int(q["category"]), parse_question_date(q.get("question_date")))
                 for q in sample["qa"]
                 if int(q["category"]) in categories and q.get("evidence")
             ],

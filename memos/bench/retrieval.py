@@ -10,7 +10,8 @@ reply to one that asks, the other half of an exchange: `memos.retrieval.replies`
 `top3_records`: how many records that is, on average). `halves` splits the
 questions in two, alternately within each category (`a`: the 1st, 3rd, ... question of a
 category; `b`: the others), so a choice tuned on one half can be checked on the other (top-3
-all and recall_all@1000 per half).
+all and recall_all@1000 per half). A question with a date (`question_date`) is searched as of
+that day (`MemoryOS.search(now=...)`).
 
 The same LOCOMO-shaped file format carries the project's Chinese set
 (`tests/data/zh_conversation.json`).
@@ -57,7 +58,10 @@ async def run_retrieval_bench(
         conversations = [c for c in conversations if c.sample_id in samples]
     with tempfile.TemporaryDirectory(prefix="memos-bench-") as tmp:
         mem = await MemoryOS.open(db_path or Path(tmp) / "db", embedder=embedder, model="gpt-4o", **(open_kwargs or {}))
-        return await _run(mem, conversations, max_questions, progress)
+        report = await _run(mem, conversations, max_questions, progress)
+        if "passage" in mem.types:  # opt-in (memtypes.passage): how many the long turns made
+            report["passages"] = await mem.storage.count("passage")
+        return report
 
 
 async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: int | None, progress: Any) -> dict[str, Any]:
@@ -79,7 +83,7 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
     records: list[int] = []
     for n, (conv, q) in enumerate(questions, 1):
         evidence = set(q.evidence)
-        top = await mem.search(q.text, Scope(conv.sample_id), k=3)
+        top = await mem.search(q.text, Scope(conv.sample_id), k=3, now=q.asked_at)
         records.append(sum(1 + len(h.attached) for h in top))
         first = {s for h in top for s in [*h.source_ids, *(s for a in h.attached for s in a.source_ids)]}
         half = halves["ab"[seen_in_cat.get(q.category, 0) % 2]]
@@ -90,7 +94,7 @@ async def _run(mem: MemoryOS, conversations: list[Conversation], max_questions: 
         top3[1] += bool(evidence & first)
         for budget in BUDGETS:
             t0 = time.perf_counter()
-            hits = await mem.search(q.text, Scope(conv.sample_id), budget_tokens=budget)
+            hits = await mem.search(q.text, Scope(conv.sample_id), budget_tokens=budget, now=q.asked_at)
             latencies.append((time.perf_counter() - t0) * 1000)
             covered = {s for h in hits for s in h.source_ids}
             tokens[budget].append(mem.tokenizer.count(render_hits(hits)))  # what the prompt would carry

@@ -30,12 +30,14 @@ def retrieval(
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
     max_questions: Annotated[int | None, typer.Option(help="Stop after this many questions (quick runs).")] = None,
     embedder: Annotated[str, typer.Option(help="'local' (default), 'none' (full-text only) or an embedder name.")] = "local",
+    passages: Annotated[bool, typer.Option(help="Store long turns as passages too (memtypes.passage; opt-in).")] = False,
 ) -> None:
     """Evidence recall at token budgets 500/1000/2000/4000 through MemoryOS.search.
 
     The data: LOCOMO (Maharana et al., ACL 2024; CC BY-NC 4.0, not shipped with memos). Download
     data/locomo10.zip from https://github.com/snap-research/locomo, unzip it and pass locomo10.json."""
     from memos.bench.retrieval import run_retrieval_bench
+    from memos.memtypes import Passage
 
     if dataset != "locomo":
         fail(f"unknown dataset format {dataset!r}; supported: locomo")
@@ -45,7 +47,8 @@ def retrieval(
         task = progress.add_task("questions", total=None)
         report = run_sync(run_retrieval_bench(
             file, max_questions=max_questions, samples=samples, embedder=None if embedder == "none" else embedder,
-            progress=lambda n, total: progress.update(task, completed=n, total=total)
+            progress=lambda n, total: progress.update(task, completed=n, total=total),
+            open_kwargs={"types": [Passage]} if passages else None,
         ))
     emit_json(report, json_out)
 

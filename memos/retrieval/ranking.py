@@ -95,6 +95,20 @@ class RankingPolicy:
     """At most this many same-subject turns join each anchor."""
     subject_min_similarity: float = 0.5
     """The cosine a turn of another session needs with an anchor to count as about its subject."""
+    passages: bool = True
+    """Budgeted searches search the passages of long turns too (`memos.retrieval.passages`): a
+    passage that matches finds its turn, and a small budget can pack the passage alone."""
+    passage_whole_share: float = 0.15
+    """A long turn found by one of its passages is packed whole when it costs at most this share
+    of the budget, else as its best passage (0.15 measured better than 0.25 and 0.5:
+    docs/benchmarks.md)."""
+    passages_lift: bool = True
+    """A passage's match counts as its turn's (the better of the two in each list) instead of
+    ranking on its own (`memos.retrieval.passages.as_turn_matches`); False: the turn and its
+    ranked passages are one entry at their best rank (`one_form`). Both measured in
+    docs/benchmarks.md."""
+    passage_whole_parts: int = 0
+    """A long turn is packed whole also when this many of its passages ranked; 0 turns it off."""
     budget_candidates: int = 400
     """A budgeted search fuses at least this many candidates of each list (vector, full-text):
     shallow lists leave a record found by one list but just below the other's cut-off with

@@ -29,6 +29,17 @@ from memos.time_bounds import shift
 from .aggregation import aggregates, spread_sessions
 from .answer_types import expected_answer, favour_answers
 from .packing import pack
+from .passages import (
+    PASSAGES,
+    as_turn_matches,
+    best_passage_form,
+    lifted_turns,
+    one_form,
+    parent_turns,
+    searched_with_passages,
+    turn_of,
+    without_repeats,
+)
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
 from .same_subject import with_same_subject
@@ -86,6 +97,9 @@ async def search(
     count_tokens: Callable[[str], int],
 ) -> list[Hit]:
     """Ranked hits for `request`; with a budget, only those that fit it."""
+    if request.budget_tokens is not None and request.policy.passages:  # the passages of long turns find them (memos.retrieval.passages)
+        turn_store = next((name for name in request.types if storage.type_table(name).record_type.holds_turns), None)
+        request = replace(request, types=searched_with_passages(request.types, turn_store, storage.memory_types()))
     per_list = max(2 * request.k, 20, (request.budget_tokens or 0) // 15)  # enough candidates to fill the budget
     if request.budget_tokens is not None:  # and deep enough lists to fuse well (README, entity graph)
         per_list = max(per_list, request.policy.budget_candidates)
@@ -136,6 +150,9 @@ async def search(
     speakers = (await scope_speakers(storage, request.scope, turns)
                 if request.budget_tokens is not None and request.policy.addressed_share <= 1 and turns in searched else None)
 
+    lift = PASSAGES in searched and request.policy.passages_lift  # a passage's match is its turn's (memos.retrieval.passages)
+    best_passages: dict[str, RowView] = {}
+
     async def ranked(query: str) -> list[Hit]:
         """The fused hits of one query text (the request's, or one part of a question in parts)."""
         turn_query = query
@@ -143,7 +160,7 @@ async def search(
             called = {s for s in named_speakers(query, set(speakers.said)) if speakers.addressed(s) >= request.policy.addressed_share}
             turn_query = without_speakers(query, called)
         needed = {turn_query} if turns in searched else set()
-        if shared or any(name != turns for name in searched):
+        if shared or any(name not in (turns, PASSAGES) for name in searched):
             needed.add(query)
         wanted = [q for q in needed if embedder and q.strip()]
         found = await asyncio.gather(*(embedder.embed_query(q[:MAX_QUERY_CHARS]) for q in wanted)) if embedder else []
@@ -155,7 +172,7 @@ async def search(
             if name in shared:
                 continue
             columns = RowView.columns(storage.type_table(name).record_type.time_field, with_text) if lean else None
-            own = turn_query if name == turns else query
+            own = turn_query if name in (turns, PASSAGES) else query  # a passage is part of a turn
             own_vector, own_text = vectors.get(own), texts[own]
             if own_vector is not None:
                 jobs.append((name, "vector", storage.vector_search(name, own_vector, wheres[name], per_list, columns)))
@@ -176,7 +193,8 @@ async def search(
         with storage.behind.excused(request.exclude):  # queued rows of excluded records may stay queued
             lists = await asyncio.gather(*(job for _, _, job in jobs))
         if request.exclude:
-            lists = [[r for r in rows if (r.record.id if source == "graph" else r["id"]) not in request.exclude]
+            lists = [[r for r in rows if (r.record.id if source == "graph" else r["id"]) not in request.exclude
+                      and (source == "graph" or r.get("turn_id") not in request.exclude)]  # nor the passages of those turns
                      for (_, source, _), rows in zip(jobs, lists, strict=True)]
         views: dict[tuple[str, str], RowView] = {}  # a row both queries returned is read once
         candidates: list[Candidate] = []
@@ -187,6 +205,8 @@ async def search(
                 candidates.extend(_shared_candidates(rows, source, views, per_list))
             else:
                 candidates.extend(rank_rows(name, rows, source, _viewer(views, name, storage.type_table(name).record_type.time_field)))
+        if lift and turns is not None:
+            candidates = as_turn_matches(candidates, turns, best_passages)
         hits = fuse(candidates, for_language(request.policy, query, embedder), now, window, depth=per_list)
         if request.budget_tokens is not None:  # a budgeted search has its candidates' rows (speakers) at hand
             return favour_speakers(hits, query, request.policy.speaker_weight)
@@ -202,9 +222,18 @@ async def search(
     # Records are built only for the hits that can be returned: those a budget can reach when
     # packing one, the first k (their rows taken now) otherwise.
     hits = await _taken(storage, hits[: request.k], wheres) if lean else hits
+    if lift and turns is not None:
+        hits = await lifted_turns(storage, request.scope, request.statuses, turns, hits)
     for hit in hits:
         if isinstance(hit.record, RowView):
             hit.record = storage.type_table(hit.memory_type).to_record(hit.record.row)
+    if lift and turns is not None and request.budget_tokens is not None:
+        hits = best_passage_form(storage, hits, best_passages, turns, request.budget_tokens, count_tokens,
+                                 request.policy.passage_whole_share)
+    elif request.budget_tokens is not None and turns is not None and any(h.memory_type == PASSAGES for h in hits):
+        parents = await parent_turns(storage, request.scope, request.statuses, turns, hits)
+        hits = one_form(hits, parents, request.budget_tokens, count_tokens,
+                         request.policy.passage_whole_share, request.policy.passage_whole_parts)
     if request.budget_tokens is not None and request.policy.session_spread < 1 and aggregates(request.query):
         hits = spread_sessions(hits, request.policy.session_spread)  # coverage across sessions first
     if request.budget_tokens is not None and turns in wheres:
@@ -212,6 +241,7 @@ async def search(
     if request.policy.neighbours and turns is not None:
         hits = await _with_neighbours(storage, request, hits, turns)
     if request.budget_tokens is not None:
+        hits = without_repeats(hits) if PASSAGES in request.types else hits
         return pack(hits, request.budget_tokens, count_tokens)
     if request.replies and turns is not None:  # a question its reply, an exchange its other half (memos.retrieval.replies)
         return await with_replies(storage, request.scope, request.statuses, request.policy.neighbour_window_minutes,
@@ -394,7 +424,8 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
     if request.budget_tokens is None:  # a top-k search returns k records, not context around them
         return hits
     count = min(policy.neighbours, request.budget_tokens // max(1, policy.neighbour_budget_tokens))
-    anchors = [h for h in hits if h.memory_type == turns_store and getattr(h.record, "event_type", "") == "message"][:count]
+    anchors = [h for h in hits if (h.memory_type == turns_store and getattr(h.record, "event_type", "") == "message")
+               or h.memory_type == PASSAGES][:count]  # a passage stands for its turn
     if not anchors:
         return hits
     reach = timedelta(minutes=policy.neighbour_window_minutes)
@@ -404,9 +435,9 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
     for anchor in anchors:
         turns = by_session.get((anchor.record.user_id, anchor.record.agent_id, anchor.record.session_id), [])
         ids = [t.id for t in turns]
-        if anchor.id not in ids:
+        if turn_of(anchor) not in ids:
             continue
-        at = ids.index(anchor.id)
+        at = ids.index(turn_of(anchor))
         for record in (turns[at - 1] if at > 0 else None, turns[at + 1] if at + 1 < len(turns) else None):
             if record is not None:
                 extra.setdefault(anchor.id, []).append(Hit(turns_store, record, anchor.score, {"neighbour_of": 1.0}))

@@ -200,6 +200,7 @@ class SearchBody(Strict):
     include_inactive: bool = False
     replies: bool = Field(True, description="A question brings the reply it got (see MemoryOS.search).")
     exclude: list[str] = Field([], max_length=MAX_LIST, description="Record ids to leave out of the candidates.")
+    now: datetime | None = Field(None, description="When the question is asked (default: now): 'last week' counts from it.")
 
 
 @router.post("/search", tags=["search"], response_model=SearchOut,
@@ -207,7 +208,7 @@ class SearchBody(Strict):
 async def search_memory(caller: CallerDep, body: SearchBody) -> dict[str, Any]:
     hits = await caller.memory.search(body.query, caller.scope, types=body.types, k=body.k, budget_tokens=body.budget_tokens,
                                       since=body.since, until=body.until, tags=body.tags, include_inactive=body.include_inactive,
-                                      replies=body.replies, exclude=body.exclude)
+                                      replies=body.replies, exclude=body.exclude, now=body.now)
     out = [hit_json(h, caller.memory.tokenizer.count) for h in hits]
     return {"hits": out, "tokens": sum(h["tokens"] for h in out)}
 
