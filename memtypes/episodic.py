@@ -3,16 +3,36 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
 from .base import MemoryRecord, utcnow
 
-__all__ = ["Episode"]
+__all__ = ["Episode", "TurnLines"]
 
 
-class Episode(MemoryRecord):
+class TurnLines:
+    """How a record said at a time renders: `[day Mon YYYY] who: text`, grouped under its day
+    (a turn, and the passages of a long one). The record gives `render_parts()` -> (who, text)."""
+
+    if TYPE_CHECKING:
+        occurred_at: datetime
+
+        def render_parts(self) -> tuple[str, str]: ...
+
+    def render(self) -> str:
+        return f"[{self.render_group()}] {self.render_line()}"
+
+    def render_group(self) -> str:
+        return f"{self.occurred_at.day} {self.occurred_at:%b %Y}"
+
+    def render_line(self) -> str:
+        who, said = self.render_parts()
+        return f"{who}: {said}" if who else said
+
+
+class Episode(TurnLines, MemoryRecord):
     """Something that happened at a time: a message, an action, an observation."""
 
     memory_type: ClassVar[str] = "episodic"
@@ -39,16 +59,6 @@ class Episode(MemoryRecord):
 
     def duplicate_key(self) -> tuple[Any, ...]:
         return (self.actor, self.event_time())  # a double-ingested turn, not two moments alike
-
-    def render(self) -> str:
-        return f"[{self.render_group()}] {self.render_line()}"
-
-    def render_group(self) -> str:
-        return f"{self.occurred_at.day} {self.occurred_at:%b %Y}"
-
-    def render_line(self) -> str:
-        who, said = self.render_parts()
-        return f"{who}: {said}" if who else said
 
     def render_parts(self) -> tuple[str, str]:
         extra = f" ({self.details})" if self.details else ""

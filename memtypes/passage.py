@@ -17,6 +17,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from .base import MemoryRecord, utcnow
+from .episodic import TurnLines
 
 __all__ = ["ELLIPSIS", "Passage"]
 
@@ -24,7 +25,7 @@ ELLIPSIS = "…"
 """Marks where a passage's text continues in its turn (before it, after it)."""
 
 
-class Passage(MemoryRecord):
+class Passage(TurnLines, MemoryRecord):
     """One part of a long conversation turn (see the module docstring)."""
 
     memory_type: ClassVar[str] = "passage"
@@ -43,16 +44,6 @@ class Passage(MemoryRecord):
 
     def index_text(self) -> str:
         return f"{self.actor}: {self.summary}" if self.actor else self.summary
-
-    def render(self) -> str:
-        return f"[{self.render_group()}] {self.render_line()}"
-
-    def render_group(self) -> str:
-        return f"{self.occurred_at.day} {self.occurred_at:%b %Y}"
-
-    def render_line(self) -> str:
-        who, said = self.render_parts()
-        return f"{who}: {said}" if who else said
 
     def render_parts(self) -> tuple[str, str]:
         before = ELLIPSIS if self.position else ""
