@@ -254,8 +254,11 @@ class RecordAccess:
         its status (none for one that is no longer long)."""
         changed = [t for t in turns if (old := before.get(t.id)) is None or getattr(old, "summary", None) != t.summary
                    or old.status != t.status]
+        by_user: dict[tuple[str, str], list[str]] = {}
         for turn in changed:
-            await delete_passages(self.storage, Scope(turn.user_id), turn.memory_type, [turn.id])
+            by_user.setdefault((turn.user_id, turn.memory_type), []).append(turn.id)
+        for (user_id, name), ids in by_user.items():  # one lookup of their passages per user and store
+            await delete_passages(self.storage, Scope(user_id), name, ids)
         if built := turn_passages(changed, self.tokenizer.count):
             await self._write("passage", built, "add", actor, before=None)
 

@@ -48,8 +48,9 @@ class TorchSentenceEncoder:
     """`encode(texts)` as `SentenceEncoder.encode`, on a torch `device` in `dtype`.
 
     `dtype` None: float16 on CUDA, float32 elsewhere (CPU half precision is slow and is for
-    checks only); a name ("bfloat16", "float32", "float16") is taken as torch's dtype of that name. A GPU takes far larger batches than the CPU: `batch_size` texts and
-    `batch_tokens` padded tokens a batch, by default 512 and 65,536 there (attention runs in
+    checks only); a name ("bfloat16", "float32", "float16") is taken as torch's dtype of that
+    name. A GPU takes far larger batches than the CPU: `batch_size` texts and `batch_tokens`
+    padded tokens a batch, by default 512 and 65,536 there (attention runs in
     torch's fused kernel, which never holds a batch's full score matrix) and the numpy
     encoder's limits on the CPU."""
 

@@ -209,11 +209,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     report = run_embedder_bench(texts, args.model_dir, device=args.device, workers=args.workers, threads=args.threads,
                                 gpu_batches=args.gpu_batch, passes=args.passes, call=args.call, kind=args.pool, dtypes=args.dtype,
                                 random_weights=args.random_weights, progress=lambda line: print(line, file=sys.stderr))
+    _write_report(report, args.json_out)
+
+
+def _write_report(report: dict[str, Any], json_out: str) -> None:
+    """The report as indented JSON, to stdout ('-') or to the file `json_out`."""
     text = json.dumps(report, indent=2)
-    if args.json_out == "-":
+    if json_out == "-":
         print(text)
     else:
-        Path(args.json_out).write_text(text + "\n")
+        Path(json_out).write_text(text + "\n")
 
 
 def _remote(args: argparse.Namespace) -> None:
@@ -223,11 +228,7 @@ def _remote(args: argparse.Namespace) -> None:
                         retry_after_ms=args.retry_after_ms, dim=args.dim, floats_only=args.floats_only)
     report = run_remote_bench(dataset_texts(args.dataset, args.limit), args.dataset, limit=args.limit, stub=stub,
                               batch=args.batch, in_flight=args.in_flight, call=args.call or 0, ingest=not args.no_ingest)
-    text = json.dumps(report, indent=2)
-    if args.json_out == "-":
-        print(text)
-    else:
-        Path(args.json_out).write_text(text + "\n")
+    _write_report(report, args.json_out)
 
 
 if __name__ == "__main__":
