@@ -27,6 +27,7 @@ from memos.store.scope import Scope, Where, sql_in, valid_at
 from memos.time_bounds import shift
 
 from .aggregation import aggregates, spread_sessions
+from .budget_share import affordable, priced
 from .answer_types import expected_answer, favour_answers
 from .packing import pack
 from .passages import (
@@ -234,12 +235,14 @@ async def search(
         parents = await parent_turns(storage, request.scope, request.statuses, turns, hits)
         hits = one_form(hits, parents, request.budget_tokens, count_tokens,
                          request.policy.passage_whole_share, request.policy.passage_whole_parts)
+    if request.budget_tokens is not None:  # a hit over its share of the budget must score more (memos.retrieval.budget_share)
+        hits = priced(hits, request.budget_tokens, request.policy.budget_share, count_tokens, request.policy.budget_line_cap)
     if request.budget_tokens is not None and request.policy.session_spread < 1 and aggregates(request.query):
         hits = spread_sessions(hits, request.policy.session_spread)  # coverage across sessions first
     if request.budget_tokens is not None and turns in wheres:
         hits = await _second_round(storage, request, hits, turns, wheres)
     if request.policy.neighbours and turns is not None:
-        hits = await _with_neighbours(storage, request, hits, turns)
+        hits = await _with_neighbours(storage, request, hits, turns, count_tokens)
     if request.budget_tokens is not None:
         hits = without_repeats(hits) if PASSAGES in request.types else hits
         return pack(hits, request.budget_tokens, count_tokens)
@@ -418,8 +421,10 @@ async def _second_round(storage: Store, request: SearchRequest, hits: list[Hit],
                                    policy.subject_min_similarity, request.exclude)
 
 
-async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hit], turns_store: str) -> list[Hit]:
-    """Put the turn before and after each of the best turns right behind it (one extra query)."""
+async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hit], turns_store: str,
+                           count_tokens: Callable[[str], int]) -> list[Hit]:
+    """Put the turn before and after each of the best turns right behind it (one extra query),
+    each that costs at most `RankingPolicy.budget_share` of the budget (context the budget affords)."""
     policy = request.policy
     if request.budget_tokens is None:  # a top-k search returns k records, not context around them
         return hits
@@ -439,8 +444,11 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
             continue
         at = ids.index(turn_of(anchor))
         for record in (turns[at - 1] if at > 0 else None, turns[at + 1] if at + 1 < len(turns) else None):
-            if record is not None:
-                extra.setdefault(anchor.id, []).append(Hit(turns_store, record, anchor.score, {"neighbour_of": 1.0}))
+            if record is None:
+                continue
+            neighbour = Hit(turns_store, record, anchor.score, {"neighbour_of": 1.0})
+            if not 0 < policy.budget_share < 1 or affordable(neighbour, request.budget_tokens, policy.budget_share, count_tokens):
+                extra.setdefault(anchor.id, []).append(neighbour)
     out: list[Hit] = []
     seen: set[str] = set()
     found = {hit.id: hit for hit in hits}
