@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from .ranking import Hit
 
-__all__ = ["affordable", "line_tokens", "priced"]
+__all__ = ["affordable", "line_limit", "line_tokens", "priced"]
 
 
 def _line(hit: Hit) -> str:
@@ -29,26 +29,33 @@ def line_tokens(hit: Hit, count_tokens: Callable[[str], int]) -> int:
     return count_tokens(_line(hit))
 
 
-def affordable(hit: Hit, budget: int, share: float, count_tokens: Callable[[str], int]) -> bool:
-    """Whether `hit` costs at most `share` of `budget` (a line of fewer UTF-8 bytes than its
-    share in tokens always does, uncounted: a token is at least a byte)."""
-    limit = budget * share
+def affordable(hit: Hit, limit: float | None, count_tokens: Callable[[str], int]) -> bool:
+    """Whether `hit` costs at most `limit` tokens (`line_limit`; None: any line does). A line of
+    fewer UTF-8 bytes than that always does, uncounted: a token is at least a byte."""
+    if limit is None:
+        return True
     line = _line(hit)
     return len(line.encode()) <= limit or count_tokens(line) <= limit
 
 
-def priced(hits: Sequence[Hit], budget: int, share: float, count_tokens: Callable[[str], int],
-           cap: float | None = None) -> list[Hit]:
-    """`hits` with each one over `share` of `budget` (or over `cap` tokens, the smaller) scored
-    × limit / cost and moved down to where that score falls; the others keep their order (an
-    interleaved list stays so). `share` >= 1 (or <= 0) changes nothing."""
+def line_limit(budget: int, share: float, cap: float | None = None) -> float | None:
+    """The most tokens a line may cost at `budget` before it is priced down: `share` of it, at
+    most `cap`; None (no limit) for a share >= 1 or <= 0."""
     if not 0 < share < 1:
+        return None
+    return budget * share if cap is None else min(budget * share, cap)
+
+
+def priced(hits: Sequence[Hit], limit: float | None, count_tokens: Callable[[str], int]) -> list[Hit]:
+    """`hits` with each one over `limit` tokens (`line_limit`) scored × limit / cost and moved
+    down to where that score falls; the others keep their order (an interleaved list stays so).
+    No limit changes nothing."""
+    if limit is None:
         return list(hits)
-    limit = budget * share if cap is None else min(budget * share, cap)
     out: list[Hit] = []
     waiting: list[Hit] = []  # the hits priced down, best first, until their score is reached
     for hit in hits:
-        if not affordable(hit, limit, 1.0, count_tokens):
+        if not affordable(hit, limit, count_tokens):
             factor = limit / line_tokens(hit, count_tokens)
             hit.score *= factor
             hit.parts["over_share"] = factor

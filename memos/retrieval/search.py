@@ -27,7 +27,7 @@ from memos.store.scope import Scope, Where, sql_in, valid_at
 from memos.time_bounds import shift
 
 from .aggregation import aggregates, spread_sessions
-from .budget_share import affordable, priced
+from .budget_share import affordable, line_limit, priced
 from .answer_types import expected_answer, favour_answers
 from .packing import pack
 from .passages import (
@@ -236,7 +236,7 @@ async def search(
         hits = one_form(hits, parents, request.budget_tokens, count_tokens,
                          request.policy.passage_whole_share, request.policy.passage_whole_parts)
     if request.budget_tokens is not None:  # a hit over its share of the budget must score more (memos.retrieval.budget_share)
-        hits = priced(hits, request.budget_tokens, request.policy.budget_share, count_tokens, request.policy.budget_line_cap)
+        hits = priced(hits, _line_limit(request), count_tokens)
     if request.budget_tokens is not None and request.policy.session_spread < 1 and aggregates(request.query):
         hits = spread_sessions(hits, request.policy.session_spread)  # coverage across sessions first
     if request.budget_tokens is not None and turns in wheres:
@@ -421,6 +421,11 @@ async def _second_round(storage: Store, request: SearchRequest, hits: list[Hit],
                                    policy.subject_min_similarity, request.exclude)
 
 
+def _line_limit(request: SearchRequest) -> float | None:
+    """The most tokens one line may cost in this budgeted search (`memos.retrieval.budget_share`)."""
+    return line_limit(request.budget_tokens or 0, request.policy.budget_share, request.policy.budget_line_cap)
+
+
 async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hit], turns_store: str,
                            count_tokens: Callable[[str], int]) -> list[Hit]:
     """Put the turn before and after each of the best turns right behind it (one extra query),
@@ -434,6 +439,7 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
     if not anchors:
         return hits
     reach = timedelta(minutes=policy.neighbour_window_minutes)
+    limit = _line_limit(request)
     by_session = await session_turns(storage, request.scope, request.statuses, turns_store,
                                      [(shift(a.record.event_time(), -reach), shift(a.record.event_time(), reach)) for a in anchors])
     extra: dict[str, list[Hit]] = {}
@@ -447,7 +453,7 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
             if record is None:
                 continue
             neighbour = Hit(turns_store, record, anchor.score, {"neighbour_of": 1.0})
-            if not 0 < policy.budget_share < 1 or affordable(neighbour, request.budget_tokens, policy.budget_share, count_tokens):
+            if affordable(neighbour, limit, count_tokens):
                 extra.setdefault(anchor.id, []).append(neighbour)
     out: list[Hit] = []
     seen: set[str] = set()
