@@ -27,8 +27,8 @@ from memos.store.scope import Scope, Where, sql_in, valid_at
 from memos.time_bounds import shift
 
 from .aggregation import aggregates, spread_sessions
-from .budget_share import affordable, line_limit, priced
 from .answer_types import expected_answer, favour_answers
+from .budget_share import affordable, line_limit, priced
 from .packing import pack
 from .passages import (
     PASSAGES,
