@@ -45,6 +45,7 @@ def test_a_budget_that_affords_every_line_and_a_share_of_one_change_nothing():
 def test_the_limit_is_a_share_of_the_budget_at_most_the_cap():
     assert line_limit(500, 0.15, 150) == 75 and line_limit(4000, 0.15, 150) == 150 and line_limit(4000, 0.15) == 600
     assert line_limit(500, 1.0, 150) is None and line_limit(500, 0, 150) is None
+    assert line_limit(200, 0.15, 150, 75) == 75 and line_limit(1000, 0.15, 150, 75) == 150  # never below an ordinary turn
 
 
 def test_the_order_of_lines_within_their_share_is_kept_as_given():

@@ -38,12 +38,13 @@ def affordable(hit: Hit, limit: float | None, count_tokens: Callable[[str], int]
     return len(line.encode()) <= limit or count_tokens(line) <= limit
 
 
-def line_limit(budget: int, share: float, cap: float | None = None) -> float | None:
+def line_limit(budget: int, share: float, cap: float | None = None, floor: float = 0.0) -> float | None:
     """The most tokens a line may cost at `budget` before it is priced down: `share` of it, at
-    most `cap`; None (no limit) for a share >= 1 or <= 0."""
+    most `cap` and at least `floor` (a budget of a few lines must not price an ordinary turn);
+    None (no limit) for a share >= 1 or <= 0."""
     if not 0 < share < 1:
         return None
-    return budget * share if cap is None else min(budget * share, cap)
+    return max(floor, budget * share if cap is None else min(budget * share, cap))
 
 
 def priced(hits: Sequence[Hit], limit: float | None, count_tokens: Callable[[str], int]) -> list[Hit]:

@@ -118,6 +118,9 @@ class RankingPolicy:
     """The most tokens a line may cost before it is priced down, whatever the budget: without
     it a large budget's share (600 tokens of 4000) let long replies, and the replies around
     each hit, fill it again."""
+    budget_line_floor: float = 75
+    """The fewest tokens the limit of `budget_share` comes to, whatever the budget: at 200 tokens
+    15% is 30, the size of an ordinary turn, and pricing those lost a sixth of LOCOMO's questions."""
     budget_candidates: int = 400
     """A budgeted search fuses at least this many candidates of each list (vector, full-text):
     shallow lists leave a record found by one list but just below the other's cut-off with

@@ -423,7 +423,8 @@ async def _second_round(storage: Store, request: SearchRequest, hits: list[Hit],
 
 def _line_limit(request: SearchRequest) -> float | None:
     """The most tokens one line may cost in this budgeted search (`memos.retrieval.budget_share`)."""
-    return line_limit(request.budget_tokens or 0, request.policy.budget_share, request.policy.budget_line_cap)
+    policy = request.policy
+    return line_limit(request.budget_tokens or 0, policy.budget_share, policy.budget_line_cap, policy.budget_line_floor)
 
 
 async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hit], turns_store: str,
