@@ -109,6 +109,18 @@ class RankingPolicy:
     docs/benchmarks.md."""
     passage_whole_parts: int = 0
     """A long turn is packed whole also when this many of its passages ranked; 0 turns it off."""
+    budget_share: float = 0.15
+    """In budgeted searches, a hit whose line costs more than this share of the budget (or more
+    than `budget_line_cap` tokens) ranks at its score × that limit / its cost, and a turn around
+    a hit comes along only within the limit (`memos.retrieval.budget_share`): a small budget
+    buys more, smaller hits instead of one long reply. 1 turns it off (docs/benchmarks.md)."""
+    budget_line_cap: float | None = 150
+    """The most tokens a line may cost before it is priced down, whatever the budget: without
+    it a large budget's share (600 tokens of 4000) let long replies, and the replies around
+    each hit, fill it again."""
+    budget_line_floor: float = 75
+    """The fewest tokens the limit of `budget_share` comes to, whatever the budget: at 200 tokens
+    15% is 30, the size of an ordinary turn, and pricing those lost a sixth of LOCOMO's questions."""
     budget_candidates: int = 400
     """A budgeted search fuses at least this many candidates of each list (vector, full-text):
     shallow lists leave a record found by one list but just below the other's cut-off with

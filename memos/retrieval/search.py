@@ -28,6 +28,7 @@ from memos.time_bounds import shift
 
 from .aggregation import aggregates, spread_sessions
 from .answer_types import expected_answer, favour_answers
+from .budget_share import affordable, line_limit, priced
 from .packing import pack
 from .passages import (
     PASSAGES,
@@ -234,12 +235,14 @@ async def search(
         parents = await parent_turns(storage, request.scope, request.statuses, turns, hits)
         hits = one_form(hits, parents, request.budget_tokens, count_tokens,
                          request.policy.passage_whole_share, request.policy.passage_whole_parts)
+    if request.budget_tokens is not None:  # a hit over its share of the budget must score more (memos.retrieval.budget_share)
+        hits = priced(hits, _line_limit(request), count_tokens)
     if request.budget_tokens is not None and request.policy.session_spread < 1 and aggregates(request.query):
         hits = spread_sessions(hits, request.policy.session_spread)  # coverage across sessions first
     if request.budget_tokens is not None and turns in wheres:
         hits = await _second_round(storage, request, hits, turns, wheres)
     if request.policy.neighbours and turns is not None:
-        hits = await _with_neighbours(storage, request, hits, turns)
+        hits = await _with_neighbours(storage, request, hits, turns, count_tokens)
     if request.budget_tokens is not None:
         hits = without_repeats(hits) if PASSAGES in request.types else hits
         return pack(hits, request.budget_tokens, count_tokens)
@@ -418,8 +421,16 @@ async def _second_round(storage: Store, request: SearchRequest, hits: list[Hit],
                                    policy.subject_min_similarity, request.exclude)
 
 
-async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hit], turns_store: str) -> list[Hit]:
-    """Put the turn before and after each of the best turns right behind it (one extra query)."""
+def _line_limit(request: SearchRequest) -> float | None:
+    """The most tokens one line may cost in this budgeted search (`memos.retrieval.budget_share`)."""
+    policy = request.policy
+    return line_limit(request.budget_tokens or 0, policy.budget_share, policy.budget_line_cap, policy.budget_line_floor)
+
+
+async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hit], turns_store: str,
+                           count_tokens: Callable[[str], int]) -> list[Hit]:
+    """Put the turn before and after each of the best turns right behind it (one extra query),
+    each that costs at most `RankingPolicy.budget_share` of the budget (context the budget affords)."""
     policy = request.policy
     if request.budget_tokens is None:  # a top-k search returns k records, not context around them
         return hits
@@ -429,6 +440,7 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
     if not anchors:
         return hits
     reach = timedelta(minutes=policy.neighbour_window_minutes)
+    limit = _line_limit(request)
     by_session = await session_turns(storage, request.scope, request.statuses, turns_store,
                                      [(shift(a.record.event_time(), -reach), shift(a.record.event_time(), reach)) for a in anchors])
     extra: dict[str, list[Hit]] = {}
@@ -439,8 +451,11 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
             continue
         at = ids.index(turn_of(anchor))
         for record in (turns[at - 1] if at > 0 else None, turns[at + 1] if at + 1 < len(turns) else None):
-            if record is not None:
-                extra.setdefault(anchor.id, []).append(Hit(turns_store, record, anchor.score, {"neighbour_of": 1.0}))
+            if record is None:
+                continue
+            neighbour = Hit(turns_store, record, anchor.score, {"neighbour_of": 1.0})
+            if affordable(neighbour, limit, count_tokens):
+                extra.setdefault(anchor.id, []).append(neighbour)
     out: list[Hit] = []
     seen: set[str] = set()
     found = {hit.id: hit for hit in hits}

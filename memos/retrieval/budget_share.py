@@ -1,0 +1,69 @@
+"""What a hit costs against the budget: a small budget buys more, smaller hits.
+
+A budget is packed best-first, so a hit that takes a large part of it (a long reply, one
+passage of an essay) displaces several smaller ones ranked just below it: at 500 tokens one
+line of 120 tokens costs two or three short turns, and when the question needs facts from
+several turns, coverage is lost. `priced` ranks a hit that costs more than `share` of the
+budget at its score × (share × budget / cost): it must score that much better than the small
+ones it displaces. A large budget affords every line (no hit is over its share), and its
+ranking is unchanged. `affordable` says whether a line may come along as context (the turns
+around a hit): only within the same share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .ranking import Hit
+
+__all__ = ["affordable", "line_limit", "line_tokens", "priced"]
+
+
+def _line(hit: Hit) -> str:
+    record = hit.record
+    return (record.render_line() if record.render_group() else record.render()) + "\n"
+
+
+def line_tokens(hit: Hit, count_tokens: Callable[[str], int]) -> int:
+    """The tokens of a hit's line as packed (its heading, paid once per group, left out)."""
+    return count_tokens(_line(hit))
+
+
+def affordable(hit: Hit, limit: float | None, count_tokens: Callable[[str], int]) -> bool:
+    """Whether `hit` costs at most `limit` tokens (`line_limit`; None: any line does). A line of
+    fewer UTF-8 bytes than that always does, uncounted: a token is at least a byte."""
+    if limit is None:
+        return True
+    line = _line(hit)
+    return len(line.encode()) <= limit or count_tokens(line) <= limit
+
+
+def line_limit(budget: int, share: float, cap: float | None = None, floor: float = 0.0) -> float | None:
+    """The most tokens a line may cost at `budget` before it is priced down: `share` of it, at
+    most `cap` and at least `floor` (a budget of a few lines must not price an ordinary turn);
+    None (no limit) for a share >= 1 or <= 0."""
+    if not 0 < share < 1:
+        return None
+    return max(floor, budget * share if cap is None else min(budget * share, cap))
+
+
+def priced(hits: Sequence[Hit], limit: float | None, count_tokens: Callable[[str], int]) -> list[Hit]:
+    """`hits` with each one over `limit` tokens (`line_limit`) scored × limit / cost and moved
+    down to where that score falls; the others keep their order (an interleaved list stays so).
+    No limit changes nothing."""
+    if limit is None:
+        return list(hits)
+    out: list[Hit] = []
+    waiting: list[Hit] = []  # the hits priced down, best first, until their score is reached
+    for hit in hits:
+        if not affordable(hit, limit, count_tokens):
+            factor = limit / line_tokens(hit, count_tokens)
+            hit.score *= factor
+            hit.parts["over_share"] = factor
+            waiting.append(hit)
+            waiting.sort(key=lambda h: -h.score)
+            continue
+        while waiting and waiting[0].score > hit.score:
+            out.append(waiting.pop(0))
+        out.append(hit)
+    return out + waiting
