@@ -32,6 +32,21 @@ _hypothesis_settings.register_profile("explore", derandomize=False)
 _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """Workers for `-n auto` (pyproject's addopts): the whole suite waits much of its time on
+    process starts, sleeps and servers, so it runs in at least 2 processes even on one or two
+    cores, and in at most 4 (each loads LanceDB and the embedder). Test files named on the command
+    line run in this process, as without xdist (two workers' imports and collection cost more than
+    a few files gain); PYTEST_XDIST_AUTO_NUM_WORKERS decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    if config.args and all(Path(str(arg).split("::", 1)[0]).is_file() for arg in config.args):
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(2, min(4, cores))
+
+
 class Clock:
     """A clock tests move by hand."""
 
