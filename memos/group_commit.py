@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .batching import Coalescer, Outcome, QueueLimits
-from .exceptions import DuplicateIdError
+from .exceptions import DuplicateIdError, MemosError
 from .memtypes import MemoryRecord
 from .store.scope import Scope, Where
 from .telemetry import span
@@ -31,7 +31,10 @@ from .telemetry import span
 if TYPE_CHECKING:
     from .store.lancedb.storage import Storage
 
-__all__ = ["AddJob", "GroupCommit"]
+__all__ = ["AddJob", "GroupCommit", "HOLD_ROWS"]
+
+HOLD_ROWS = 64
+"""Rows a batch holds at most to go through the journal (`GroupCommit._hold`); a larger one commits."""
 
 
 @dataclass(eq=False)
@@ -124,12 +127,20 @@ class GroupCommit:
 
     async def _write(self, jobs: list[AddJob], vectors: dict[str, list[float] | None], live: list[int],
                      outcomes: list[BaseException | None]) -> None:
-        """Each store's rows in one commit, their shared rows in one, then every history row in one."""
+        """Each store's rows in one commit, their shared rows in one, then every history row in one;
+        on a store with a journal, the stores' and history rows are journaled instead (`_hold`)."""
         storage = self.storage
         by_store: dict[str, list[MemoryRecord]] = {}
         for job in jobs:
             for name, group in job.records.items():
                 by_store.setdefault(name, []).extend(group)
+        try:
+            if await self._hold(jobs, by_store, vectors):
+                return
+        except MemosError as exc:  # the journal could not take them: nothing was written
+            for index in live:
+                outcomes[index] = exc
+            return
 
         async def write(name: str, group: list[MemoryRecord]) -> None:
             with span("memos.add", memory_type=name, records=len(group), callers=len(jobs)):
@@ -149,3 +160,23 @@ class GroupCommit:
             if own is None and isinstance(audited, BaseException):
                 own = audited
             outcomes[index] = own
+
+    async def _hold(self, jobs: list[AddJob], by_store: dict[str, list[MemoryRecord]], vectors: dict[str, list[float] | None]) -> bool:
+        """Journal the batch's rows and history rows (durable once appended; committed a moment
+        later, with other batches', by `memos.store.lancedb.write_behind`) and commit only their
+        shared-table rows now, so a search finds them when their callers are told. False, with
+        nothing written, where the store has no journal, a record has secret fields (never
+        journaled) or the batch is a bulk load (its commits cost little per row)."""
+        rows = sum(len(group) for group in by_store.values())
+        if rows > HOLD_ROWS or any(r.secret_fields for group in by_store.values() for r in group):
+            return False
+        typed = {name: self.rows(name, group, [vectors[r.index_text()] for r in group]) for name, group in by_store.items()}
+        history: list[dict[str, Any]] = []
+        for job in jobs:
+            history += self.history_rows([r for group in job.records.values() for r in group], "add", job.actor, before=None)
+        with span("memos.add", memory_type=",".join(by_store), records=rows, callers=len(jobs), held=True):
+            shared = self.storage.hold_added(typed, history)
+            if shared is None:
+                return False
+            await self.storage.search.append(shared)
+        return True

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from .journal import Journal, Segment
+from .journal import Journal, Segment, live_ids
 
 __all__ = ["DELAY", "HISTORY", "LIMIT", "WriteBehind", "closing"]
 
@@ -173,6 +173,11 @@ class WriteBehind:
     def journaled(self) -> bool:
         """Whether a store's own rows can wait here (the store has a journal)."""
         return self.journal is not None
+
+    def waiting(self) -> dict[str, set[str]]:
+        """The record ids, by memory type, that live processes (this one included) have journaled
+        and not yet written to their tables (`memos.store.lancedb.journal.live_ids`)."""
+        return live_ids(self.journal.root) if self.journal is not None else {}
 
     def holds(self, memory_type: str) -> bool:
         """Whether rows of this store wait in the queue."""
