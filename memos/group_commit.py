@@ -9,6 +9,15 @@ one, each row with its own caller's actor. A caller returns only once that has c
 an add did alone: what it was told is stored is in the tables, visible to other processes
 within `READ_CONSISTENCY`.
 
+On a local store (one with a journal) a batch makes one commit instead (`_hold`): its stores'
+rows and history rows are appended to the journal, durable when that returns, and only their
+shared search table rows are committed at once, so a search finds an add when its caller is
+told; the rest is committed a moment later for many batches together
+(`memos.store.lancedb.write_behind`: every read of those tables in this process writes it
+first, and the next open writes it from the journal if the process is killed first). Other
+processes see those rows up to `write_behind.DELAY` later than a commit's. Records with secret
+fields, and bulk batches (over `HOLD_ROWS` rows), take the commits above.
+
 One caller's failure is its own: an explicit id that two adds of one batch both claim, or that
 an earlier batch took after the caller's own check, fails the later add (`DuplicateIdError`); an embedder that fails on a batch is asked again caller by caller, so only
 the add whose text it refuses fails; a store whose commit fails fails the adds with rows in it,
@@ -31,10 +40,21 @@ from .telemetry import span
 if TYPE_CHECKING:
     from .store.lancedb.storage import Storage
 
-__all__ = ["AddJob", "GroupCommit", "HOLD_ROWS"]
+__all__ = ["HOLD_ROWS", "LINGER", "AddJob", "GroupCommit", "linger"]
 
+LINGER = 0.15
+"""Seconds a batch after one of several callers waits at most for more (`linger`)."""
 HOLD_ROWS = 64
 """Rows a batch holds at most to go through the journal (`GroupCommit._hold`); a larger one commits."""
+
+
+def linger(callers: int, seconds: float) -> float:
+    """How long the next batch waits for more adds: twice the last batch's duration (at most
+    `LINGER`) when that one had several callers, none after a lone caller. A batch on a local
+    store is one commit (`GroupCommit._hold`), so without it concurrent adds would come in
+    smaller batches, and every commit to the shared search table is a fragment that each search
+    scans until the table is next optimized (`memos.store.lancedb.compaction`)."""
+    return min(LINGER, seconds) if callers > 1 else 0.0
 
 
 @dataclass(eq=False)
@@ -63,7 +83,7 @@ class GroupCommit:
                  history_rows: Callable[..., list[dict[str, Any]]], limits: Callable[[], QueueLimits]) -> None:
         self.storage = storage
         self.vectors, self.rows, self.history_rows = vectors, rows, history_rows
-        self.queue: Coalescer[AddJob, None] = Coalescer("add", self._commit, limits)
+        self.queue: Coalescer[AddJob, None] = Coalescer("add", self._commit, limits, linger)
         """Its batches and calls are counted (`Coalescer.batches`, `.calls`)."""
 
     async def add(self, job: AddJob) -> None:

@@ -9,7 +9,8 @@ makes one vector and one full-text query on it, always inside the scope, and bui
 from those rows, with no second read from their own stores.
 
 The typed tables stay the source of truth. Every write to a mirrored store is repeated here
-right after it commits (`Storage` calls `added`, `upserted`, `synced`); a write here that fails
+right after it commits (`Storage` calls `added`, `upserted`, `synced`), or, for the group
+commit's adds on a local store, right after they are journaled (`memos.group_commit`); a write here that fails
 marks the index behind, and searches of this process go back to the per-store queries until
 `check` has caught it up. `check` runs on every open: a crash between the two commits leaves
 rows missing, stale or left over here, and it finds and fixes them by comparing ids and

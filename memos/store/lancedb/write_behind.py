@@ -1,5 +1,8 @@
 """Write-behind for a chat's turns: the turn's own row, its history row and its shared-table row, batched.
 
+(The group commit's adds on a local store take it too, but commit their shared-table rows at
+once: `memos.group_commit`.)
+
 A chat turn is one record added to the turns' store, and three rows: its row there, its history
 row (`memos.jobs.audit`) and its row in the shared search table (`memos.store.lancedb.search_index`). Each was a
 LanceDB commit (a fixed cost whatever the rows), and the commits brought most of the
