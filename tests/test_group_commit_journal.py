@@ -16,6 +16,8 @@ import lancedb
 from memos.memtypes import Fact
 
 from memos import MemoryOS, Scope
+from memos.batching import Coalescer
+from memos.group_commit import linger
 from memos.jobs.audit import history_gaps
 from memos.store.lancedb.journal import JOURNAL_DIR
 
@@ -136,3 +138,25 @@ def test_another_process_opening_the_store_keeps_the_shared_rows_of_a_live_write
         assert not segments(db)
 
     asyncio.run(after())
+
+
+async def test_after_a_batch_of_several_callers_the_next_one_waits_for_more_and_a_lone_caller_does_not():
+    """A one-commit batch is short, so concurrent adds would come in smaller batches (more commits
+    to the shared search table, each scanned by every search until an optimize): after a batch of
+    several callers the next waits one batch duration for more (`linger`)."""
+    batches: list[list[int]] = []
+
+    async def run(items: list[int]) -> list[None]:
+        batches.append(items)
+        await asyncio.sleep(0.2)
+        return [None] * len(items)
+
+    queue: Coalescer[int, None] = Coalescer("add", run, linger=linger)
+    first = [asyncio.ensure_future(queue.submit(i)) for i in range(3)]  # one batch of three, 0.2 s long
+    await asyncio.sleep(0.05)
+    second = asyncio.ensure_future(queue.submit(10))  # waits for the batch before it...
+    await asyncio.sleep(0.2)
+    third = asyncio.ensure_future(queue.submit(11))  # ...and, lingering, for this one too
+    await asyncio.gather(*first, second, third)
+    assert batches == [[0, 1, 2], [10, 11]]
+    assert linger(1, 0.2) == 0 and linger(2, 0.05) == 0.05 and linger(50, 3.0) <= 0.15
