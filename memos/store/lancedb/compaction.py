@@ -62,9 +62,9 @@ SMALL_COMMIT_ROWS = 4
 `COMPACT_EVERY` commits; larger ones wait for `COMPACT_GROWTH` or `MAX_COMMITS`."""
 SEARCHED_COMMIT_ROWS = 32
 """The same for a table this process searches (the shared search table of a server): the adds
-of a few dozen concurrent callers, committed together, are folded in every `COMPACT_EVERY`
-commits, since every search scans each commit left outside the indexes; a bulk load's larger
-commits still wait."""
+of a few dozen concurrent callers, committed together, are folded in every
+`SEARCHED_COMPACT_EVERY` commits, since every search scans each commit left outside the
+indexes; a bulk load's larger commits still wait."""
 SEARCHED_COMPACT_EVERY = 10
 """`COMPACT_EVERY` for a table this process searches: each commit outside its full-text index
 costs every search of it a scan, and such a table (the shared search table of a server) is
