@@ -49,7 +49,7 @@ HOLD_ROWS = 64
 
 
 def linger(callers: int, seconds: float) -> float:
-    """How long the next batch waits for more adds: twice the last batch's duration (at most
+    """How long the next batch waits for more adds: the last batch's duration (at most
     `LINGER`) when that one had several callers, none after a lone caller. A batch on a local
     store is one commit (`GroupCommit._hold`), so without it concurrent adds would come in
     smaller batches, and every commit to the shared search table is a fragment that each search

@@ -163,7 +163,8 @@ def live_ids(root: Path) -> dict[str, set[str]]:
     """The ids of the rows, by table, that the live segments under `root` hold (their writers,
     this process included, have yet to write them to their tables); a stopped writer's segment
     is left to `orphans`."""
-    folder, found = root / JOURNAL_DIR, {}
+    folder = root / JOURNAL_DIR
+    found: dict[str, set[str]] = {}
     for path in sorted(folder.glob(f"*{_SUFFIX}")) if folder.is_dir() else []:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
