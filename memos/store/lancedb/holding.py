@@ -9,7 +9,7 @@ finds an acknowledged add as soon as its caller is told it is stored).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -17,13 +17,22 @@ from memos.store.schema import arrow_schema, arrow_table
 
 from .errors import journal_error
 
-if TYPE_CHECKING:
-    from .storage import Storage
-
 __all__ = ["hold_rows"]
 
 
-def hold_rows(storage: Storage, typed: dict[str, list[dict[str, Any]]], history: list[dict[str, Any]], *,
+class _Store(Protocol):
+    """What holding rows uses of `memos.store.lancedb.storage.Storage` (which calls it)."""
+
+    uri: str
+    dim: int
+    tables: dict[str, Any]
+    behind: Any
+    search: Any
+    reads: Any
+    presence: Any
+
+
+def hold_rows(storage: _Store, typed: dict[str, list[dict[str, Any]]], history: list[dict[str, Any]], *,
               shared_behind: bool) -> list[dict[str, Any]] | None:
     """Journal and queue `typed` rows (by memory type) with their `history` rows; returns their
     shared-table rows (queued too when `shared_behind`, else the caller commits them), or None
