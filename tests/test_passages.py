@@ -4,7 +4,6 @@ nothing of a passage outlives its turn."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -69,9 +68,7 @@ async def test_a_long_turn_is_stored_with_passages_that_cite_it(mem: MemoryOS, a
     assert all(h.memory_type != "passage" for h in top)  # a top-k search returns whole turns
 
 
-@pytest.mark.parametrize("lift", [False, True])
-async def test_a_small_budget_buys_the_relevant_passage_of_a_long_turn(mem: MemoryOS, alice: Scope, lift: bool):
-    mem.ranking = replace(mem.ranking, passages_lift=lift)
+async def test_a_small_budget_buys_the_relevant_passage_of_a_long_turn(mem: MemoryOS, alice: Scope):
     _, answer = await _long_turn(mem, alice)
     budget = 120
     assert mem.tokenizer.count(f"assistant: {ESSAY}") > budget  # the whole turn cannot fit
@@ -152,9 +149,7 @@ async def test_an_updated_turn_rebuilds_its_passages(mem: MemoryOS, alice: Scope
     assert await mem.list(alice, Passage, status=None) == []
 
 
-@pytest.mark.parametrize("lift", [False, True])
-async def test_a_passage_and_its_turn_are_packed_once(mem: MemoryOS, alice: Scope, lift: bool):
-    mem.ranking = replace(mem.ranking, passages_lift=lift)
+async def test_a_passage_and_its_turn_are_packed_once(mem: MemoryOS, alice: Scope):
     _, answer = await _long_turn(mem, alice)
     for budget in (120, 500, 1000, 4000):
         hits = await mem.search("what hydration for a beginner sourdough loaf", alice, budget_tokens=budget)

@@ -2,17 +2,13 @@
 
 A long turn is stored whole and as passages (`memos.passages`). A budgeted search of the turns
 searches the passages too (`searched_with_passages`, when `RankingPolicy.passages` is on). A
-passage does not compete with its turn: by default (`RankingPolicy.passages_lift`) its match
-counts as its turn's in each list before the lists are fused (`as_turn_matches`), and a turn so
-found is packed whole within `RankingPolicy.passage_whole_share` of the budget, else as that
-passage (`best_passage_form`). Otherwise the turn and its ranked passages are one entry, at the
-best rank any of them reached (`one_form`), packed as the whole turn when it costs at most
-`RankingPolicy.passage_whole_share` of the budget or when `RankingPolicy.passage_whole_parts`
-of its passages ranked, else as its best passage (its others are left out: they cite the same
-turn). A passage stands for its turn in the turns around it
-(`turn_of`) and is dropped where its whole turn is packed too (`without_repeats`). The turn of a
-passage is read when it was not a hit itself (`parent_turns`): a passage whose turn is not
-found (deleted, superseded, outside the statuses asked for) is dropped with it.
+passage does not compete with its turn: its match counts as its turn's in each list before the
+lists are fused (`as_turn_matches`), and a turn so found is packed whole within
+`RankingPolicy.passage_whole_share` of the budget, else as that passage (`best_passage_form`).
+A turn that stood in for a passage is read whole after ranking (`lifted_turns`): one no longer
+found (deleted, superseded, outside the statuses asked for) is dropped. A passage stands for its
+turn in the turns around it (`turn_of`) and is dropped where its whole turn is packed too
+(`without_repeats`).
 """
 
 from __future__ import annotations
@@ -25,8 +21,8 @@ from memos.store.scope import Scope, Where, sql_in
 
 from .ranking import Candidate, Hit, RowView
 
-__all__ = ["PASSAGES", "as_turn_matches", "best_passage_form", "lifted_turns", "one_form", "parent_turns", "searched_with_passages",
-           "turn_of", "without_repeats"]
+__all__ = ["PASSAGES", "as_turn_matches", "best_passage_form", "lifted_turns", "searched_with_passages", "turn_of",
+           "without_repeats"]
 
 PASSAGES = "passage"
 """The store of the passages of long turns (`memtypes.passage`)."""
@@ -46,51 +42,6 @@ def turn_of(hit: Hit) -> str:
     return str(getattr(hit.record, "turn_id", "")) if hit.memory_type == PASSAGES else hit.id
 
 
-async def parent_turns(storage: Store, scope: Scope, statuses: tuple[str, ...], turns: str, hits: Sequence[Hit]) -> dict[str, Hit]:
-    """The turn of every passage among `hits`, by id, as a hit: the hit itself where the turn
-    ranked, else read (one query) with `statuses` and given the score of its best passage."""
-    out = {hit.id: hit for hit in hits if hit.memory_type == turns}
-    missing: dict[str, Hit] = {}
-    for hit in hits:
-        if hit.memory_type == PASSAGES and (turn := turn_of(hit)) not in out:
-            missing.setdefault(turn, hit)
-    if missing:
-        table = storage.type_table(turns)
-        rows = await storage.rows(turns, Where(scope).status_in(statuses).raw(sql_in("id", list(missing))).build())
-        for row in rows:
-            best = missing[row["id"]]
-            out[row["id"]] = Hit(turns, table.to_record(row), best.score, {**best.parts, "passage": 1.0})
-    return out
-
-
-def one_form(hits: Sequence[Hit], parents: dict[str, Hit], budget: int, count_tokens: Callable[[str], int],
-             whole_share: float, whole_parts: int = 0) -> list[Hit]:
-    """`hits` with each long turn and its ranked passages as one entry (see the module
-    docstring), in rank order; `parents`: `parent_turns`. Pure."""
-    ranked: dict[str, list[Hit]] = {}
-    for hit in hits:
-        if hit.memory_type == PASSAGES:
-            ranked.setdefault(turn_of(hit), []).append(hit)
-    out: list[Hit] = []
-    placed: set[str] = set()
-    for hit in hits:
-        turn = turn_of(hit)
-        if turn not in ranked:
-            out.append(hit)
-            continue
-        if turn in placed or turn not in parents:  # placed at its best rank; or its turn is gone
-            continue
-        placed.add(turn)
-        whole = parents[turn]
-        parts = ranked[turn]
-        if 0 < whole_parts <= len(parts) or count_tokens(whole.record.render_line()) <= budget * whole_share:
-            whole.score = max(whole.score, hit.score)
-            out.append(whole)
-        else:
-            out.append(parts[0])
-    return out
-
-
 def without_repeats(hits: Sequence[Hit]) -> list[Hit]:
     """`hits` less each passage whose whole turn is among them too, and less a whole turn whose
     passage came first (a neighbour brought it): the words are packed once, where they ranked."""
@@ -106,7 +57,7 @@ def without_repeats(hits: Sequence[Hit]) -> list[Hit]:
 
 
 def as_turn_matches(candidates: Sequence[Candidate], turns: str, best: dict[str, RowView]) -> list[Candidate]:
-    """The passage candidates as matches of their turns (`RankingPolicy.passages_lift`): in each
+    """The passage candidates as matches of their turns: in each
     list (vector, full text) a turn keeps the better of its own match and its passages' best
     (cosines, and BM25 scores, compared as read), so a passage lifts its turn instead of taking
     a place beside it. `best` gets each matched turn's best passage (by cosine, else BM25)."""

@@ -102,13 +102,6 @@ class RankingPolicy:
     """A long turn found by one of its passages is packed whole when it costs at most this share
     of the budget, else as its best passage (0.15 measured better than 0.25 and 0.5:
     docs/benchmarks.md)."""
-    passages_lift: bool = True
-    """A passage's match counts as its turn's (the better of the two in each list) instead of
-    ranking on its own (`memos.retrieval.passages.as_turn_matches`); False: the turn and its
-    ranked passages are one entry at their best rank (`one_form`). Both measured in
-    docs/benchmarks.md."""
-    passage_whole_parts: int = 0
-    """A long turn is packed whole also when this many of its passages ranked; 0 turns it off."""
     budget_share: float = 0.15
     """In budgeted searches, a hit whose line costs more than this share of the budget (or more
     than `budget_line_cap` tokens) ranks at its score × that limit / its cost, and a turn around

@@ -35,8 +35,6 @@ from .passages import (
     as_turn_matches,
     best_passage_form,
     lifted_turns,
-    one_form,
-    parent_turns,
     searched_with_passages,
     turn_of,
     without_repeats,
@@ -151,7 +149,7 @@ async def search(
     speakers = (await scope_speakers(storage, request.scope, turns)
                 if request.budget_tokens is not None and request.policy.addressed_share <= 1 and turns in searched else None)
 
-    lift = PASSAGES in searched and request.policy.passages_lift  # a passage's match is its turn's (memos.retrieval.passages)
+    lift = PASSAGES in searched  # a passage's match is its turn's (memos.retrieval.passages)
     best_passages: dict[str, RowView] = {}
 
     async def ranked(query: str) -> list[Hit]:
@@ -231,10 +229,6 @@ async def search(
     if lift and turns is not None and request.budget_tokens is not None:
         hits = best_passage_form(storage, hits, best_passages, turns, request.budget_tokens, count_tokens,
                                  request.policy.passage_whole_share)
-    elif request.budget_tokens is not None and turns is not None and any(h.memory_type == PASSAGES for h in hits):
-        parents = await parent_turns(storage, request.scope, request.statuses, turns, hits)
-        hits = one_form(hits, parents, request.budget_tokens, count_tokens,
-                         request.policy.passage_whole_share, request.policy.passage_whole_parts)
     if request.budget_tokens is not None:  # a hit over its share of the budget must score more (memos.retrieval.budget_share)
         hits = priced(hits, _line_limit(request), count_tokens)
     if request.budget_tokens is not None and request.policy.session_spread < 1 and aggregates(request.query):
