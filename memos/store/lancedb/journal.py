@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["JOURNAL_DIR", "Journal", "Orphan", "Segment", "frame", "orphans", "read_frames"]
+__all__ = ["JOURNAL_DIR", "Journal", "Orphan", "Segment", "frame", "live_ids", "orphans", "read_frames"]
 
 log = logging.getLogger("memos.store.lancedb.storage")
 
@@ -157,6 +157,33 @@ def read_frames(data: bytes) -> Iterator[tuple[str, pa.Table]]:
         name = metadata.pop(_TABLE_KEY, b"").decode()
         yield name, rows.replace_schema_metadata(metadata or None)
         at += _HEADER.size + length
+
+
+def live_ids(root: Path) -> dict[str, set[str]]:
+    """The ids of the rows, by table, that the live segments under `root` hold (their writers,
+    this process included, have yet to write them to their tables); a stopped writer's segment
+    is left to `orphans`."""
+    folder = root / JOURNAL_DIR
+    found: dict[str, set[str]] = {}
+    for path in sorted(folder.glob(f"*{_SUFFIX}")) if folder.is_dir() else []:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:  # retired meanwhile: its rows are in their tables
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                continue  # no writer holds it: a stopped process's, replayed at an open
+            except BlockingIOError:  # its writer is alive
+                pass
+            with open(fd, "rb", closefd=False) as f:
+                data = f.read()
+        finally:
+            os.close(fd)
+        for name, rows in read_frames(data):
+            if "id" in rows.column_names:
+                found.setdefault(name, set()).update(rows.column("id").to_pylist())
+    return found
 
 
 @dataclass(eq=False)

@@ -1,5 +1,8 @@
 """Write-behind for a chat's turns: the turn's own row, its history row and its shared-table row, batched.
 
+(The group commit's adds on a local store take it too, but commit their shared-table rows at
+once: `memos.group_commit`.)
+
 A chat turn is one record added to the turns' store, and three rows: its row there, its history
 row (`memos.jobs.audit`) and its row in the shared search table (`memos.store.lancedb.search_index`). Each was a
 LanceDB commit (a fixed cost whatever the rows), and the commits brought most of the
@@ -45,7 +48,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from .journal import Journal, Segment
+from .journal import Journal, Segment, live_ids
 
 __all__ = ["DELAY", "HISTORY", "LIMIT", "WriteBehind", "closing"]
 
@@ -173,6 +176,11 @@ class WriteBehind:
     def journaled(self) -> bool:
         """Whether a store's own rows can wait here (the store has a journal)."""
         return self.journal is not None
+
+    def waiting(self) -> dict[str, set[str]]:
+        """The record ids, by memory type, that live processes (this one included) have journaled
+        and not yet written to their tables (`memos.store.lancedb.journal.live_ids`)."""
+        return live_ids(self.journal.root) if self.journal is not None else {}
 
     def holds(self, memory_type: str) -> bool:
         """Whether rows of this store wait in the queue."""
