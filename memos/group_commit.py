@@ -40,7 +40,7 @@ from .telemetry import span
 if TYPE_CHECKING:
     from .store.lancedb.storage import Storage
 
-__all__ = ["HOLD_ROWS", "LINGER", "AddJob", "GroupCommit", "linger"]
+__all__ = ["AddJob", "GroupCommit", "HOLD_ROWS", "LINGER", "linger"]
 
 LINGER = 0.15
 """Seconds a batch after one of several callers waits at most for more (`linger`)."""
