@@ -160,3 +160,18 @@ async def test_after_a_batch_of_several_callers_the_next_one_waits_for_more_and_
     await asyncio.gather(*first, second, third)
     assert batches == [[0, 1, 2], [10, 11]]
     assert linger(1, 0.2) == 0 and linger(2, 0.05) == 0.05 and linger(50, 3.0) <= 0.15
+
+
+async def test_a_batch_begun_on_a_loop_that_then_blocks_is_written_for_the_other_loops_reads(db_path: Path):
+    from memos._sync import background_loop
+
+    mem = await MemoryOS.open(db_path, embedder=None)
+    added = await asyncio.gather(*(mem.add(ANN, Fact(subject=f"fern {i}", summary=f"fern fact {i}")) for i in range(40)))
+    for _ in range(5):  # more than LIMIT rows wait: their batch starts being written now
+        await asyncio.sleep(0)
+    # this loop now blocks (a synchronous call inside an async app) while another loop reads the store
+    loop = background_loop()
+    assert loop is not None
+    read = asyncio.run_coroutine_threadsafe(mem.list(ANN, "semantic", limit=None), loop)
+    listed = read.result(timeout=60)  # waited forever when the batch could only finish on this loop
+    assert {r.id for [r] in added} <= {r.id for r in listed}
