@@ -175,3 +175,39 @@ async def test_a_batch_begun_on_a_loop_that_then_blocks_is_written_for_the_other
     read = asyncio.run_coroutine_threadsafe(mem.list(ANN, "semantic", limit=None), loop)
     listed = read.result(timeout=60)  # waited forever when the batch could only finish on this loop
     assert {r.id for [r] in added} <= {r.id for r in listed}
+
+
+async def test_a_replay_sees_rows_another_open_committed_a_moment_ago(db_path: Path):
+    """A replay writes only the rows its tables lack, as of their newest version: rows committed
+    by another open (another process) within its read-consistency second are not written twice."""
+    mine, other = await MemoryOS.open(db_path, embedder=None), await MemoryOS.open(db_path, embedder=None)
+    assert await mine.storage.absent("semantic", [{"id": "nothing"}])  # this open has read the table just now
+    [fact] = await other.add(ANN, Fact(subject="boat", summary="boat at pier four"))
+    await other.storage.flush_queued()  # committed by the other open
+    assert await mine.storage.absent("semantic", [{"id": fact.id}]) == []
+
+
+def test_a_segment_another_open_replayed_and_deleted_while_it_was_listed_is_not_replayed_again(tmp_path: Path, monkeypatch):
+    import fcntl
+
+    import pyarrow as pa
+
+    from memos.store.lancedb import journal
+
+    folder = tmp_path / JOURNAL_DIR
+    folder.mkdir()
+    segment = folder / "stopped.seg"  # a stopped writer's: no lock on it
+    segment.write_bytes(journal.frame("semantic", pa.table({"id": ["r1"]})))
+    with journal.orphans(tmp_path) as found:
+        assert [o.path for o in found] == [segment]  # found while it is there
+        for orphan in found:
+            orphan.done = False  # kept, for the second look
+    lock = fcntl.flock
+
+    def replayed_meanwhile(fd: int, operation: int) -> None:  # the other open deletes it between listing and locking
+        segment.unlink(missing_ok=True)
+        lock(fd, operation)
+
+    monkeypatch.setattr(journal.fcntl, "flock", replayed_meanwhile)
+    with journal.orphans(tmp_path) as found:
+        assert found == []

@@ -219,6 +219,9 @@ def orphans(root: Path) -> Iterator[list[Orphan]]:
             except BlockingIOError:  # its writer is alive
                 os.close(fd)
                 continue
+            if os.fstat(fd).st_nlink == 0:  # replayed and deleted by another open since it was listed
+                os.close(fd)
+                continue
             with open(fd, "rb", closefd=False) as f:
                 held.append((Orphan(path, f.read()), fd))
         found = [orphan for orphan, _ in held]

@@ -161,8 +161,10 @@ class Storage:
         return list(self.tables)
 
     async def absent(self, memory_type: str | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The rows whose id the memory type's table (the history table for None) does not hold."""
+        """The rows whose id the memory type's table (the history table for None) does not hold,
+        as of its newest version (another process may have committed them a moment ago)."""
         table = self.history if memory_type is None else self.tables[memory_type].table
+        await table.checkout_latest()
         present: set[str] = set()
         ids = [r["id"] for r in rows]
         for start in range(0, len(ids), 1_000):
@@ -185,7 +187,9 @@ class Storage:
         table = self.tables[memory_type].table
         return await self.presence.has_rows(memory_type, lambda: self.read(table, lambda: table.count_rows()))
 
-    async def add_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
+    async def add_rows(self, memory_type: str, rows: list[dict[str, Any]], *, shared_by_key: bool = False) -> None:
+        """Commit new rows and mirror them to the shared table; `shared_by_key`: written there by
+        key (a replay: a group-commit add's shared row was committed before it was acknowledged)."""
         if rows:
             typed = self.tables[memory_type]
             table, data = typed.table, arrow_table(rows, arrow_schema(typed.record_type, self.dim))
@@ -194,7 +198,7 @@ class Storage:
             self.presence.added(memory_type)
             await self.compaction.committed(table, len(rows))
             if self.search.covers(memory_type):
-                await self.search.added(memory_type, rows)
+                await (self.search.upserted if shared_by_key else self.search.added)(memory_type, rows)
 
     def hold(self, typed: dict[str, list[dict[str, Any]]], history: list[dict[str, Any]]) -> bool:
         """Queue rows to add instead of committing them (a chat's turns: `memos.store.lancedb.write_behind`):
