@@ -24,6 +24,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 __all__ = [
     "BEST_EFFORT_GRACE",
     "EXIT_SETTLE",
+    "background_loop",
     "best_effort",
     "check_sync_twins",
     "run_sync",
@@ -72,6 +73,12 @@ def _background_loop() -> asyncio.AbstractEventLoop:
             thread.start()
             _loop, _thread = loop, thread
         return _loop
+
+
+def background_loop() -> asyncio.AbstractEventLoop | None:
+    """The memos background loop's thread (started if needed), where work that must not wait on
+    any caller's event loop runs; None while the process exits (that loop is being stopped)."""
+    return None if _exiting else _background_loop()
 
 
 _exiting = False

@@ -129,9 +129,12 @@ class Coalescer(Generic[I, O]):
     an exception raised by `run` itself fails the whole batch."""
 
     def __init__(self, what: str, run: Callable[[list[I]], Awaitable[Sequence[Outcome[O]]]],
-                 limits: Callable[[], QueueLimits] = QueueLimits) -> None:
+                 limits: Callable[[], QueueLimits] = QueueLimits, linger: Callable[[int, float], float] | None = None) -> None:
         self.run = run
         self.limits = limits
+        self.linger = linger
+        """Seconds the next batch waits for more callers, given the last batch's callers and
+        duration (none by default: a batch starts once the one before it has ended)."""
         self.admission = Admission(what, limits)
         self.batches = 0
         """Batches run so far (all loops): fewer than the calls when calls were coalesced."""
@@ -160,7 +163,10 @@ class Coalescer(Generic[I, O]):
     async def _drain(self, queue: _Queue[I, O], gate: _Gate) -> None:
         await asyncio.sleep(0)  # the callers ready on this turn of the loop join the first batch
         try:
+            last: tuple[int, float] | None = None
             while queue.waiting:
+                if last is not None and self.linger is not None and (wait := self.linger(*last)) > 0:
+                    await asyncio.sleep(wait)  # the callers that arrive meanwhile join this batch
                 taken, queue.waiting = queue.waiting[: self.limits().max_batch], queue.waiting[self.limits().max_batch :]
                 self.batches += 1
                 started = time.monotonic()
@@ -174,6 +180,7 @@ class Coalescer(Generic[I, O]):
                     raise
                 finally:
                     gate.seconds = time.monotonic() - started
+                    last = (len(taken), gate.seconds)
                 for (_, future), outcome in zip(taken, outcomes, strict=True):
                     if future.done():
                         continue

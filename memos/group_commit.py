@@ -9,6 +9,15 @@ one, each row with its own caller's actor. A caller returns only once that has c
 an add did alone: what it was told is stored is in the tables, visible to other processes
 within `READ_CONSISTENCY`.
 
+On a local store (one with a journal) a batch makes one commit instead (`_hold`): its stores'
+rows and history rows are appended to the journal, durable when that returns, and only their
+shared search table rows are committed at once, so a search finds an add when its caller is
+told; the rest is committed a moment later for many batches together
+(`memos.store.lancedb.write_behind`: every read of those tables in this process writes it
+first, and the next open writes it from the journal if the process is killed first). Other
+processes see those rows up to `write_behind.DELAY` later than a commit's. Records with secret
+fields, and bulk batches (over `HOLD_ROWS` rows), take the commits above.
+
 One caller's failure is its own: an explicit id that two adds of one batch both claim, or that
 an earlier batch took after the caller's own check, fails the later add (`DuplicateIdError`); an embedder that fails on a batch is asked again caller by caller, so only
 the add whose text it refuses fails; a store whose commit fails fails the adds with rows in it,
@@ -23,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .batching import Coalescer, Outcome, QueueLimits
-from .exceptions import DuplicateIdError
+from .exceptions import DuplicateIdError, MemosError
 from .memtypes import MemoryRecord
 from .store.scope import Scope, Where
 from .telemetry import span
@@ -31,7 +40,21 @@ from .telemetry import span
 if TYPE_CHECKING:
     from .store.lancedb.storage import Storage
 
-__all__ = ["AddJob", "GroupCommit"]
+__all__ = ["AddJob", "GroupCommit", "HOLD_ROWS", "LINGER", "linger"]
+
+LINGER = 0.15
+"""Seconds a batch after one of several callers waits at most for more (`linger`)."""
+HOLD_ROWS = 64
+"""Rows a batch holds at most to go through the journal (`GroupCommit._hold`); a larger one commits."""
+
+
+def linger(callers: int, seconds: float) -> float:
+    """How long the next batch waits for more adds: the last batch's duration (at most
+    `LINGER`) when that one had several callers, none after a lone caller. A batch on a local
+    store is one commit (`GroupCommit._hold`), so without it concurrent adds would come in
+    smaller batches, and every commit to the shared search table is a fragment that each search
+    scans until the table is next optimized (`memos.store.lancedb.compaction`)."""
+    return min(LINGER, seconds) if callers > 1 else 0.0
 
 
 @dataclass(eq=False)
@@ -60,7 +83,7 @@ class GroupCommit:
                  history_rows: Callable[..., list[dict[str, Any]]], limits: Callable[[], QueueLimits]) -> None:
         self.storage = storage
         self.vectors, self.rows, self.history_rows = vectors, rows, history_rows
-        self.queue: Coalescer[AddJob, None] = Coalescer("add", self._commit, limits)
+        self.queue: Coalescer[AddJob, None] = Coalescer("add", self._commit, limits, linger)
         """Its batches and calls are counted (`Coalescer.batches`, `.calls`)."""
 
     async def add(self, job: AddJob) -> None:
@@ -124,12 +147,20 @@ class GroupCommit:
 
     async def _write(self, jobs: list[AddJob], vectors: dict[str, list[float] | None], live: list[int],
                      outcomes: list[BaseException | None]) -> None:
-        """Each store's rows in one commit, their shared rows in one, then every history row in one."""
+        """Each store's rows in one commit, their shared rows in one, then every history row in one;
+        on a store with a journal, the stores' and history rows are journaled instead (`_hold`)."""
         storage = self.storage
         by_store: dict[str, list[MemoryRecord]] = {}
         for job in jobs:
             for name, group in job.records.items():
                 by_store.setdefault(name, []).extend(group)
+        try:
+            if await self._hold(jobs, by_store, vectors):
+                return
+        except MemosError as exc:  # the journal could not take them: nothing was written
+            for index in live:
+                outcomes[index] = exc
+            return
 
         async def write(name: str, group: list[MemoryRecord]) -> None:
             with span("memos.add", memory_type=name, records=len(group), callers=len(jobs)):
@@ -149,3 +180,23 @@ class GroupCommit:
             if own is None and isinstance(audited, BaseException):
                 own = audited
             outcomes[index] = own
+
+    async def _hold(self, jobs: list[AddJob], by_store: dict[str, list[MemoryRecord]], vectors: dict[str, list[float] | None]) -> bool:
+        """Journal the batch's rows and history rows (durable once appended; committed a moment
+        later, with other batches', by `memos.store.lancedb.write_behind`) and commit only their
+        shared-table rows now, so a search finds them when their callers are told. False, with
+        nothing written, where the store has no journal, a record has secret fields (never
+        journaled) or the batch is a bulk load (its commits cost little per row)."""
+        rows = sum(len(group) for group in by_store.values())
+        if rows > HOLD_ROWS or any(r.secret_fields for group in by_store.values() for r in group):
+            return False
+        typed = {name: self.rows(name, group, [vectors[r.index_text()] for r in group]) for name, group in by_store.items()}
+        history: list[dict[str, Any]] = []
+        for job in jobs:
+            history += self.history_rows([r for group in job.records.values() for r in group], "add", job.actor, before=None)
+        with span("memos.add", memory_type=",".join(by_store), records=rows, callers=len(jobs), held=True):
+            shared = self.storage.hold_added(typed, history)
+            if shared is None:
+                return False
+            await self.storage.search.append(shared)
+        return True

@@ -123,6 +123,7 @@ async def store_hashes(mem: MemoryOS) -> dict[str, str]:
     import hashlib
     import json
 
+    await mem.storage.flush_queued()  # journaled rows are stored data: in their tables first
     tables = {name: t.table for name, t in mem.storage.tables.items()}
     tables["history"] = mem.storage.history
     out = {}

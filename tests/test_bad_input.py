@@ -176,6 +176,7 @@ def state(mem: MemoryOS) -> dict[str, str]:
         tables = [t.table for t in mem.storage.tables.values()] + [mem.storage.history, mem.storage.meta]
         return (id(mem), *[await table.version() for table in tables])
 
+    run_sync(mem.storage.flush_queued())  # journaled rows are stored data: in their tables first
     key = run_sync(versions())
     if key not in _HASHED:
         _HASHED[key] = run_sync(store_hashes(mem))

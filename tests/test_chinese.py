@@ -258,6 +258,7 @@ async def test_the_demo_machinery_runs_on_a_chinese_conversation(tmp_path: Path)
 async def test_a_store_written_before_bigrams_is_migrated_on_open(db_path: Path):
     mem = await MemoryOS.open(db_path, embedder=None)
     await _ingested(mem)
+    await mem.storage.flush_queued()  # journaled rows in their table, to be rewritten there as an old store had them
     table = mem.storage.type_table("episodic").table
     rows = (await table.query().select(["id", "text"]).to_arrow()).to_pylist()
     old = [{"id": r["id"], "text": r["text"].split(" " + MARK)[0]} for r in rows]  # as the old code wrote them

@@ -73,8 +73,9 @@ async def test_pause_resume_remove_per_scope(db_path, clock, alice, bob):
 
 async def test_thread_scheduler_runs_due_jobs_by_itself(db_path, clock, alice):
     mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
-    for n in range(4):  # four appends = four small fragments for compaction to fold
+    for n in range(4):  # four appends, each written to its table = four small fragments for compaction to fold
         await mem.add(alice, Fact(subject="alice", summary=f"note {n}"))
+        await mem.storage.flush_queued()  # adds are journaled first: each batch its own commit here
     sched = mem.scheduler()  # in-process, background thread, the memory's clock
     assert mem.scheduler() is sched
     sched.add("maintain", alice, every=timedelta(hours=6))

@@ -177,6 +177,7 @@ async def test_a_write_the_shared_table_missed_is_still_found_and_caught_up_on_o
 async def test_rows_left_over_or_doubled_are_removed_on_open(db_path, embedder, alice, vault_key):
     mem = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
     fact, gone = await mem.add(alice, [Fact(subject="a", summary="tea at five"), Fact(subject="b", summary="coffee at nine")])
+    await mem.storage.flush_queued()  # the adds' journaled rows are in their tables before the table is edited
     index = mem.storage.search
     await mem.storage.tables["semantic"].table.delete(f"id = '{gone.id}'")  # deleted, then the crash
     row = (await mem.storage.rows("semantic", f"id = '{fact.id}'"))[0]

@@ -221,6 +221,7 @@ async def test_rows_read_back_exactly_as_lancedb_gives_them(mem, alice):
     from memos.store.schema import arrow_rows
 
     await mem.add(alice, [Fact(subject="x", summary="plain"), Fact(subject="y", summary="dated", valid_from=datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC))])
+    await mem.storage.flush_queued()  # the adds' journaled rows are in the table read below past `Storage.read`
     table = mem.storage.type_table("semantic").table
     ours, theirs = arrow_rows(await table.query().to_arrow()), await table.query().to_list()
     assert ours == theirs and any(r["valid_from"] is None for r in ours)

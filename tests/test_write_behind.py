@@ -4,6 +4,7 @@ late in this process, written at exit, written by the next open after a crash, n
 from __future__ import annotations
 
 import asyncio
+import threading
 import contextlib
 import shutil
 import subprocess
@@ -385,11 +386,11 @@ async def test_a_read_waits_only_for_a_batch_that_writes_its_table(mem: MemoryOS
     mem.storage.behind.delay = 60
     session = await MemorySession.open(mem, ALICE)
     turn = await session.record_turn("user", "the ferry leaves at nine")
-    release = asyncio.Event()
+    release = threading.Event()  # the batch is written on memos' background loop, not this test's
     write_held = mem.storage.write_held
 
     async def held_up(*args, **kwargs):
-        await release.wait()
+        await asyncio.to_thread(release.wait, 30)
         return await write_held(*args, **kwargs)
 
     monkeypatch.setattr(mem.storage, "write_held", held_up)

@@ -38,6 +38,8 @@ __all__ = [
     "MAX_COMMITS",
     "QUIET_AFTER",
     "SEARCHED_COMMIT_ROWS",
+    "SEARCHED_COMPACT_DUTY",
+    "SEARCHED_COMPACT_EVERY",
     "SMALL_COMMIT_ROWS",
     "ending",
 ]
@@ -60,9 +62,15 @@ SMALL_COMMIT_ROWS = 4
 `COMPACT_EVERY` commits; larger ones wait for `COMPACT_GROWTH` or `MAX_COMMITS`."""
 SEARCHED_COMMIT_ROWS = 32
 """The same for a table this process searches (the shared search table of a server): the adds
-of a few dozen concurrent callers, committed together, are folded in every `COMPACT_EVERY`
-commits, since every search scans each commit left outside the indexes; a bulk load's larger
-commits still wait."""
+of a few dozen concurrent callers, committed together, are folded in every
+`SEARCHED_COMPACT_EVERY` commits, since every search scans each commit left outside the
+indexes; a bulk load's larger commits still wait."""
+SEARCHED_COMPACT_EVERY = 10
+"""`COMPACT_EVERY` for a table this process searches: each commit outside its full-text index
+costs every search of it a scan, and such a table (the shared search table of a server) is
+searched several times a commit."""
+SEARCHED_COMPACT_DUTY = 1.5
+"""`COMPACT_DUTY` for a table this process searches."""
 MAX_COMMITS = 200
 """Commits after which a table is optimized whatever their size (fragments stay bounded)."""
 COMPACT_DUTY = 4.0
@@ -121,6 +129,8 @@ class Compaction:
         previous one's duration after it. What that holds back is folded in once the table's
         writes pause for `quiet_after` seconds. The write it follows has committed: this returns at once."""
         state, loop = self._of(table), asyncio.get_running_loop()
+        if state.searched:
+            every = min(every, SEARCHED_COMPACT_EVERY)
         state.commits += 1
         state.rows += rows
         if ending():  # the next writer or the maintenance job does it
@@ -188,7 +198,8 @@ class Compaction:
                 log.warning("automatic compaction of %s skipped (%s); the next one or the maintenance job does it",
                             table.name, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
             ended = self.timer()
-        state.resting_until = ended + max(COMPACT_GAP, COMPACT_DUTY * (ended - started))
+        duty = SEARCHED_COMPACT_DUTY if state.searched else COMPACT_DUTY
+        state.resting_until = ended + max(COMPACT_GAP, duty * (ended - started))
         if state.searched:
             await _prewarm(table)
         hooks, state.hooks = state.hooks, []

@@ -4,6 +4,7 @@ and storage failures a user can act on (`StoreFullError`, `StoreUnavailableError
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import random
 import re
@@ -43,7 +44,7 @@ def storage_error(exc: BaseException, uri: str) -> BaseException:
     anything else comes back unchanged."""
     text = brief(exc)
     low = text.lower()
-    if "no space left" in low or "disk quota" in low:
+    if "no space left" in low or "disk quota" in low or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
         return StoreFullError(f"the disk holding the memos store {uri} is full; free some space and retry "
                               "(what was acknowledged before is kept)")
     if "permission denied" in low or "read-only file system" in low or isinstance(exc, PermissionError):

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["JOURNAL_DIR", "Journal", "Orphan", "Segment", "frame", "orphans", "read_frames"]
+__all__ = ["JOURNAL_DIR", "Journal", "Orphan", "Segment", "frame", "live_ids", "orphans", "read_frames"]
 
 log = logging.getLogger("memos.store.lancedb.storage")
 
@@ -159,6 +159,33 @@ def read_frames(data: bytes) -> Iterator[tuple[str, pa.Table]]:
         at += _HEADER.size + length
 
 
+def live_ids(root: Path) -> dict[str, set[str]]:
+    """The ids of the rows, by table, that the live segments under `root` hold (their writers,
+    this process included, have yet to write them to their tables); a stopped writer's segment
+    is left to `orphans`."""
+    folder = root / JOURNAL_DIR
+    found: dict[str, set[str]] = {}
+    for path in sorted(folder.glob(f"*{_SUFFIX}")) if folder.is_dir() else []:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:  # retired meanwhile: its rows are in their tables
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                continue  # no writer holds it: a stopped process's, replayed at an open
+            except BlockingIOError:  # its writer is alive
+                pass
+            with open(fd, "rb", closefd=False) as f:
+                data = f.read()
+        finally:
+            os.close(fd)
+        for name, rows in read_frames(data):
+            if "id" in rows.column_names:
+                found.setdefault(name, set()).update(rows.column("id").to_pylist())
+    return found
+
+
 @dataclass(eq=False)
 class Orphan:
     """A segment whose writer stopped before writing it to the tables (`orphans`)."""
@@ -190,6 +217,9 @@ def orphans(root: Path) -> Iterator[list[Orphan]]:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # its writer is alive
+                os.close(fd)
+                continue
+            if os.fstat(fd).st_nlink == 0:  # replayed and deleted by another open since it was listed
                 os.close(fd)
                 continue
             with open(fd, "rb", closefd=False) as f:

@@ -24,15 +24,17 @@ class _Replayed(Protocol):
 
     def memory_types(self) -> list[str]: ...
     async def absent(self, memory_type: str | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
-    async def add_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None: ...
+    async def add_rows(self, memory_type: str, rows: list[dict[str, Any]], *, shared_by_key: bool = False) -> None: ...
     async def append_history(self, entries: list[dict[str, Any]]) -> None: ...
     async def write_state(self, values: dict[str, str]) -> None: ...
 
 
 async def replay_journal(store: _Replayed, root: Path) -> None:
     """Write what the journal segments of stopped processes hold and the tables lack: their turns'
-    rows (mirrored to the shared table as any add), the history rows of those turns and the
-    session state. Rows already written are skipped, so replaying a segment twice changes nothing."""
+    rows (with their shared-table rows), the history rows of those turns and the
+    session state. Rows already written are skipped, and shared rows are written by key (a
+    group-commit add's was committed before it was acknowledged), so replaying a segment twice
+    changes nothing."""
     known = set(store.memory_types())
     with orphans(root) as found:
         for orphan in found:
@@ -55,7 +57,7 @@ async def replay_journal(store: _Replayed, root: Path) -> None:
             written = 0
             for name, rows in typed.items():
                 missing = await store.absent(name, rows)
-                await store.add_rows(name, missing)
+                await store.add_rows(name, missing, shared_by_key=True)
                 written += len(missing)
             await store.append_history(await store.absent(None, history))
             if state:  # the newest value it journaled of each key (a session's state)

@@ -9,11 +9,13 @@ makes one vector and one full-text query on it, always inside the scope, and bui
 from those rows, with no second read from their own stores.
 
 The typed tables stay the source of truth. Every write to a mirrored store is repeated here
-right after it commits (`Storage` calls `added`, `upserted`, `synced`); a write here that fails
+right after it commits (`Storage` calls `added`, `upserted`, `synced`), or, for the group
+commit's adds on a local store, right after they are journaled (`memos.group_commit`); a write here that fails
 marks the index behind, and searches of this process go back to the per-store queries until
 `check` has caught it up. `check` runs on every open: a crash between the two commits leaves
 rows missing, stale or left over here, and it finds and fixes them by comparing ids and
-`updated_at` with the typed tables, so nothing acknowledged stays unsearchable. A store that
+`updated_at` with the typed tables, so nothing acknowledged stays unsearchable (a row whose
+record waits in a live process's journal, `memos.store.lancedb.journal`, is no left-over). A store that
 has no shared table yet, or one built for another embedder or set of stores, gets it rebuilt.
 
 A store with secret fields (the vault) is mirrored without them: its caption, which its own
@@ -268,12 +270,14 @@ class SearchIndex:
         (deleted, or doubled by a repair racing a writer) are removed. Returns the counts.
         The comparison is two Arrow joins per store."""
         fixed = {"written": 0, "removed": 0}
+        waiting = self.storage.behind.waiting()  # read before the stores: rows written meanwhile are in them
         for memory_type in self.types:
             truth = await self._pairs(self.storage.tables[memory_type].table, None)
             here = await self._pairs(self.table, f"memory_type = {sql_string(memory_type)}")
             keys = ["id", "updated_at"]
             stale = truth.join(here, keys=keys, join_type="left anti")["id"].to_pylist()
-            extra = set(here.join(truth, keys=keys, join_type="left anti")["id"].to_pylist())
+            # a row whose record waits in a live process's journal is not left over: it is written there soon
+            extra = set(here.join(truth, keys=keys, join_type="left anti")["id"].to_pylist()) - waiting.get(memory_type, set())
             counts = here.group_by("id").aggregate([("id", "count")])
             doubled = set(counts.filter(pa.compute.greater(counts["id_count"], 1))["id"].to_pylist())
             removed = sorted(extra | doubled)

@@ -33,6 +33,7 @@ from memos.time_bounds import EARLIEST
 
 from .compaction import HISTORY_COMPACT_EVERY, Compaction
 from .errors import journal_error, retry_conflicts, retrying
+from .holding import hold_rows
 from .journal import Journal
 from .lease import StoreLease, local_path
 from .presence import RowPresence
@@ -160,8 +161,10 @@ class Storage:
         return list(self.tables)
 
     async def absent(self, memory_type: str | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The rows whose id the memory type's table (the history table for None) does not hold."""
+        """The rows whose id the memory type's table (the history table for None) does not hold,
+        as of its newest version (another process may have committed them a moment ago)."""
         table = self.history if memory_type is None else self.tables[memory_type].table
+        await table.checkout_latest()
         present: set[str] = set()
         ids = [r["id"] for r in rows]
         for start in range(0, len(ids), 1_000):
@@ -184,7 +187,9 @@ class Storage:
         table = self.tables[memory_type].table
         return await self.presence.has_rows(memory_type, lambda: self.read(table, lambda: table.count_rows()))
 
-    async def add_rows(self, memory_type: str, rows: list[dict[str, Any]]) -> None:
+    async def add_rows(self, memory_type: str, rows: list[dict[str, Any]], *, shared_by_key: bool = False) -> None:
+        """Commit new rows and mirror them to the shared table; `shared_by_key`: written there by
+        key (a replay: a group-commit add's shared row was committed before it was acknowledged)."""
         if rows:
             typed = self.tables[memory_type]
             table, data = typed.table, arrow_table(rows, arrow_schema(typed.record_type, self.dim))
@@ -193,28 +198,18 @@ class Storage:
             self.presence.added(memory_type)
             await self.compaction.committed(table, len(rows))
             if self.search.covers(memory_type):
-                await self.search.added(memory_type, rows)
+                await (self.search.upserted if shared_by_key else self.search.added)(memory_type, rows)
 
     def hold(self, typed: dict[str, list[dict[str, Any]]], history: list[dict[str, Any]]) -> bool:
         """Queue rows to add instead of committing them (a chat's turns: `memos.store.lancedb.write_behind`):
-        journaled with their history rows before this returns, so durable, and counted by this
-        process's remembered reads at once. False (nothing queued) when the store has no journal
+        journaled with their history and shared rows before this returns, so durable, and counted by
+        this process's remembered reads at once. False (nothing queued) when the store has no journal
         or a row's values need LanceDB's own conversion: the caller commits them itself."""
-        if not self.behind.journaled:
-            return False
-        tables = {name: arrow_table(rows, arrow_schema(self.tables[name].record_type, self.dim)) for name, rows in typed.items()}
-        if any(not isinstance(t, pa.Table) for t in tables.values()):
-            return False
-        shared = [row for name, rows in typed.items() if self.search.covers(name) and self.search.table is not None
-                  for row in self.search.project(name, rows)]
-        try:
-            self.behind.queue(history, shared, typed=tables)
-        except OSError as exc:  # the journal could not take them (a full disk): nothing was queued
-            raise journal_error(exc, self.uri) from exc
-        for name, rows in typed.items():
-            self.reads.added(name, rows)
-            self.presence.added(name)
-        return True
+        return hold_rows(self, typed, history, shared_behind=True) is not None
+
+    def hold_added(self, typed: dict[str, list[dict[str, Any]]], history: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """`hold`, but the rows' shared-table rows are returned for the caller to commit now (`search.append`)."""
+        return hold_rows(self, typed, history, shared_behind=False)
 
     async def write_held(self, memory_type: str, rows: pa.Table) -> None:
         """Commit rows `hold` queued (their remembered reads counted them already)."""

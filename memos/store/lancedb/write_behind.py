@@ -1,5 +1,8 @@
 """Write-behind for a chat's turns: the turn's own row, its history row and its shared-table row, batched.
 
+(The group commit's adds on a local store take it too, but commit their shared-table rows at
+once: `memos.group_commit`.)
+
 A chat turn is one record added to the turns' store, and three rows: its row there, its history
 row (`memos.jobs.audit`) and its row in the shared search table (`memos.store.lancedb.search_index`). Each was a
 LanceDB commit (a fixed cost whatever the rows), and the commits brought most of the
@@ -45,7 +48,9 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from .journal import Journal, Segment
+from memos._sync import background_loop
+
+from .journal import Journal, Segment, live_ids
 
 __all__ = ["DELAY", "HISTORY", "LIMIT", "WriteBehind", "closing"]
 
@@ -173,6 +178,11 @@ class WriteBehind:
     def journaled(self) -> bool:
         """Whether a store's own rows can wait here (the store has a journal)."""
         return self.journal is not None
+
+    def waiting(self) -> dict[str, set[str]]:
+        """The record ids, by memory type, that live processes (this one included) have journaled
+        and not yet written to their tables (`memos.store.lancedb.journal.live_ids`)."""
+        return live_ids(self.journal.root) if self.journal is not None else {}
 
     def holds(self, memory_type: str) -> bool:
         """Whether rows of this store wait in the queue."""
@@ -345,14 +355,33 @@ class WriteBehind:
             if writing is not None:
                 await asyncio.wrap_future(writing)
                 continue
-            token = _FLUSHING.set(True)
+            await self._write_off_loop(batch, mine)
+
+    async def _write_off_loop(self, batch: _Batch, mine: concurrent.futures.Future[None]) -> None:
+        """Write `batch` on memos' background loop (`memos._sync.background_loop`), not the
+        caller's: a batch begun on one event loop must finish even when that loop is then blocked
+        (a synchronous call made inside it, e.g. a scheduler's `run_due` in an async app), for the
+        reads of every other loop wait for it. Its end is `mine`'s result, set where it was
+        written, whether or not the caller is still waiting."""
+        closing = _CLOSING.get()
+
+        async def write() -> None:
+            flushing, closed = _FLUSHING.set(True), _CLOSING.set(closing)
             try:
                 await self._write(batch)
             finally:
-                _FLUSHING.reset(token)
+                _FLUSHING.reset(flushing)
+                _CLOSING.reset(closed)
                 with self._lock:
                     self._writing = None
                 mine.set_result(None)
+
+        loop = background_loop()
+        if loop is None or loop is asyncio.get_running_loop():  # exiting, or already there
+            await write()
+            return
+        # shielded: a caller cancelled while it waits leaves the batch to finish there
+        await asyncio.shield(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(write(), loop)))
 
     async def _write(self, batch: _Batch) -> None:
         names = [*batch.typed, *([STATE] if batch.state else [])]

@@ -1,0 +1,213 @@
+"""A group commit on a local store journals its rows (`memos.group_commit.GroupCommit._hold`): one
+commit per batch (the shared search table's), the stores' and history rows committed a moment
+later for many batches at once; acknowledged only once journaled, found by a search at once, and
+written by the next open when the process is killed first."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import lancedb
+from memos.memtypes import Fact
+
+from memos import MemoryOS, Scope
+from memos.batching import Coalescer
+from memos.group_commit import linger
+from memos.jobs.audit import history_gaps
+from memos.store.lancedb.journal import JOURNAL_DIR
+
+ANN, BOB = Scope("ann", "helper"), Scope("bob", "helper")
+
+
+async def versions(mem: MemoryOS) -> dict[str, int]:
+    """The versions of the store's, history and shared tables on disk (past `Storage.read`: no barrier)."""
+    tables = {"semantic": mem.storage.tables["semantic"].table, "history": mem.storage.history, "shared": mem.storage.search.table}
+    return {name: await table.version() for name, table in tables.items()}
+
+
+def segments(db: Path) -> list[Path]:
+    return sorted((db / JOURNAL_DIR).glob("*.seg"))
+
+
+async def test_batches_of_adds_make_one_commit_each_and_their_rows_and_history_commit_together_later(db_path: Path):
+    mem = await MemoryOS.open(db_path, embedder=None)
+    mem.storage.behind.delay = 60  # nothing is written by the delay within this test
+    await mem.add(ANN, Fact(subject="ann", summary="ann warms the store up"))
+    await mem.storage.settle()
+    before = await versions(mem)
+    added = []
+    for round_ in range(3):  # three batches of six concurrent adds
+        added += await asyncio.gather(*(mem.add(ANN if i % 2 else BOB, Fact(subject=f"plant {round_}.{i}", summary=f"fact {round_}.{i} about ferns"))
+                                        for i in range(6)))
+    now = await versions(mem)
+    assert now["shared"] - before["shared"] == 3  # one commit a batch: what a search reads
+    assert now["semantic"] == before["semantic"] and now["history"] == before["history"]  # journaled, not committed
+    assert segments(db_path)
+    hits = {h.id for scope in (ANN, BOB) for h in await mem.search("ferns", scope, k=20)}
+    assert {r.id for [r] in added} <= hits  # a search finds them as soon as their callers are told
+    listed = {r.id for scope in (ANN, BOB) for r in await mem.list(scope, "semantic", limit=None)}  # a read writes the queue first
+    assert {r.id for [r] in added} <= listed
+    after = await versions(mem)
+    assert after["semantic"] - before["semantic"] == 1 and after["history"] - before["history"] == 1  # all 18 in one commit each
+    assert not segments(db_path)
+    assert await history_gaps(mem.storage) == {}
+    for [record] in added:
+        [entry] = await mem.history(ANN if record.user_id == "ann" else BOB, record.id)
+        assert (entry.op, entry.actor, entry.note) == ("add", "user", None)
+
+
+WRITER = textwrap.dedent('''
+    import asyncio, os, sys
+    os.environ["LANCE_LOG"] = "error"
+    from memos import MemoryOS, Scope
+    from memos.memtypes import Fact
+
+    async def main(db, go):
+        mem = await MemoryOS.open(db, embedder=None)
+        mem.storage.behind.delay = 60  # the rows wait in the journal until the process ends or is killed
+        added = await asyncio.gather(*(mem.add(Scope("ann", "helper"), Fact(subject=f"boat {i}", summary=f"boat {i} at pier four"))
+                                       for i in range(5)))
+        print(" ".join(r.id for [r] in added), flush=True)  # acknowledged
+        while not os.path.exists(go):
+            await asyncio.sleep(0.02)
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+''')
+
+
+def _start_writer(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path, list[str]]:
+    script, db, go = tmp_path / "writer.py", tmp_path / "db", tmp_path / "go"
+    script.write_text(WRITER)
+    writer = subprocess.Popen([sys.executable, str(script), str(db), str(go)], stdout=subprocess.PIPE, text=True)
+    ids = writer.stdout.readline().split() if writer.stdout else []
+    assert len(ids) == 5, "the writer did not acknowledge its adds"
+    return writer, db, go, ids
+
+
+def test_adds_acknowledged_from_the_journal_survive_a_kill_and_are_written_once_by_the_next_open(tmp_path: Path):
+    writer, db, _, ids = _start_writer(tmp_path)
+    try:
+        async def on_disk() -> int:  # the tables as they are, no memos open (which would replay)
+            conn = await lancedb.connect_async(str(db))
+            return await (await conn.open_table("semantic")).count_rows()
+
+        assert asyncio.run(on_disk()) == 0 and len(segments(db)) == 1  # acknowledged while only in the journal
+    finally:
+        writer.kill()
+        writer.wait(timeout=60)
+
+    async def reopened() -> None:
+        mem = await MemoryOS.open(db, embedder=None)
+        assert not segments(db)
+        stored = Counter(r.id for r in await mem.list(Scope("ann", "helper"), "semantic", limit=None))
+        assert set(stored) == set(ids) and set(stored.values()) == {1}
+        shared = (await mem.storage.search.table.query().select(["id"]).to_arrow())["id"].to_pylist()
+        assert Counter(shared) == Counter(ids)
+        assert {h.id for h in await mem.search("boat pier", Scope("ann", "helper"), k=10)} == set(ids)
+        assert await history_gaps(mem.storage) == {}
+        for record_id in ids:
+            [entry] = await mem.history(Scope("ann", "helper"), record_id)
+            assert (entry.op, entry.actor, entry.note) == ("add", "user", None)  # its own row, not a repair
+
+    asyncio.run(reopened())
+
+
+def test_another_process_opening_the_store_keeps_the_shared_rows_of_a_live_writers_journaled_adds(tmp_path: Path):
+    """The open's catch-up of the shared table (`SearchIndex.check`) takes a shared row whose record
+    waits in a live process's journal for one to keep, not for one left over."""
+    writer, db, go, ids = _start_writer(tmp_path)
+    try:
+        async def meanwhile() -> None:
+            other = await MemoryOS.open(db, embedder=None)
+            shared = (await other.storage.search.table.query().select(["id"]).to_arrow())["id"].to_pylist()
+            assert sorted(shared) == sorted(ids)
+
+        asyncio.run(meanwhile())
+    finally:
+        go.touch()
+        assert writer.wait(timeout=120) == 0  # returning writes the queue
+
+    async def after() -> None:
+        mem = await MemoryOS.open(db, embedder=None)
+        assert {h.id for h in await mem.search("boat pier", Scope("ann", "helper"), k=10)} == set(ids)
+        assert not segments(db)
+
+    asyncio.run(after())
+
+
+async def test_after_a_batch_of_several_callers_the_next_one_waits_for_more_and_a_lone_caller_does_not():
+    """A one-commit batch is short, so concurrent adds would come in smaller batches (more commits
+    to the shared search table, each scanned by every search until an optimize): after a batch of
+    several callers the next waits one batch duration for more (`linger`)."""
+    batches: list[list[int]] = []
+
+    async def run(items: list[int]) -> list[None]:
+        batches.append(items)
+        await asyncio.sleep(0.2)
+        return [None] * len(items)
+
+    queue: Coalescer[int, None] = Coalescer("add", run, linger=linger)
+    first = [asyncio.ensure_future(queue.submit(i)) for i in range(3)]  # one batch of three, 0.2 s long
+    await asyncio.sleep(0.05)
+    second = asyncio.ensure_future(queue.submit(10))  # waits for the batch before it...
+    await asyncio.sleep(0.2)
+    third = asyncio.ensure_future(queue.submit(11))  # ...and, lingering, for this one too
+    await asyncio.gather(*first, second, third)
+    assert batches == [[0, 1, 2], [10, 11]]
+    assert linger(1, 0.2) == 0 and linger(2, 0.05) == 0.05 and linger(50, 3.0) <= 0.15
+
+
+async def test_a_batch_begun_on_a_loop_that_then_blocks_is_written_for_the_other_loops_reads(db_path: Path):
+    from memos._sync import background_loop
+
+    mem = await MemoryOS.open(db_path, embedder=None)
+    added = await asyncio.gather(*(mem.add(ANN, Fact(subject=f"fern {i}", summary=f"fern fact {i}")) for i in range(40)))
+    for _ in range(5):  # more than LIMIT rows wait: their batch starts being written now
+        await asyncio.sleep(0)
+    # this loop now blocks (a synchronous call inside an async app) while another loop reads the store
+    loop = background_loop()
+    assert loop is not None
+    read = asyncio.run_coroutine_threadsafe(mem.list(ANN, "semantic", limit=None), loop)
+    listed = read.result(timeout=60)  # waited forever when the batch could only finish on this loop
+    assert {r.id for [r] in added} <= {r.id for r in listed}
+
+
+async def test_a_replay_sees_rows_another_open_committed_a_moment_ago(db_path: Path):
+    """A replay writes only the rows its tables lack, as of their newest version: rows committed
+    by another open (another process) within its read-consistency second are not written twice."""
+    mine, other = await MemoryOS.open(db_path, embedder=None), await MemoryOS.open(db_path, embedder=None)
+    assert await mine.storage.absent("semantic", [{"id": "nothing"}])  # this open has read the table just now
+    [fact] = await other.add(ANN, Fact(subject="boat", summary="boat at pier four"))
+    await other.storage.flush_queued()  # committed by the other open
+    assert await mine.storage.absent("semantic", [{"id": fact.id}]) == []
+
+
+def test_a_segment_another_open_replayed_and_deleted_while_it_was_listed_is_not_replayed_again(tmp_path: Path, monkeypatch):
+    import fcntl
+
+    import pyarrow as pa
+
+    from memos.store.lancedb import journal
+
+    folder = tmp_path / JOURNAL_DIR
+    folder.mkdir()
+    segment = folder / "stopped.seg"  # a stopped writer's: no lock on it
+    segment.write_bytes(journal.frame("semantic", pa.table({"id": ["r1"]})))
+    with journal.orphans(tmp_path) as found:
+        assert [o.path for o in found] == [segment]  # found while it is there
+        for orphan in found:
+            orphan.done = False  # kept, for the second look
+    lock = fcntl.flock
+
+    def replayed_meanwhile(fd: int, operation: int) -> None:  # the other open deletes it between listing and locking
+        segment.unlink(missing_ok=True)
+        lock(fd, operation)
+
+    monkeypatch.setattr(journal.fcntl, "flock", replayed_meanwhile)
+    with journal.orphans(tmp_path) as found:
+        assert found == []
