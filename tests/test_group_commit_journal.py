@@ -215,20 +215,40 @@ def test_a_segment_another_open_replayed_and_deleted_while_it_was_listed_is_not_
 
 
 def test_another_process_asked_for_a_journaled_add_by_id_waits_for_it_instead_of_not_finding_it(tmp_path: Path):
-    """A worker that did not make an add finds it by id, and can update it, while the rows still
-    wait in the journal of the worker that acknowledged it (`memos.store.lancedb.elsewhere`)."""
-    writer, db, go, ids = _start_writer(tmp_path, delay=1.0)  # written to the tables a second after they were acknowledged
-    try:
-        async def elsewhere() -> None:
-            other = await MemoryOS.open(db, embedder=None)
-            first = await other.get(Scope("ann", "helper"), "semantic", ids[0])
+    """A worker that did not make an add finds it by id, can update it, and can delete it for good,
+    while its rows still wait in the journal of the worker that acknowledged it
+    (`memos.store.lancedb.elsewhere`)."""
+    scope = Scope("ann", "helper")
+
+    async def elsewhere(db: Path, ids: list[str]) -> None:
+        other = await MemoryOS.open(db, embedder=None)
+        if len(ids) > 2:
+            first = await other.get(scope, "semantic", ids[0])
             assert first.summary.endswith("at pier four")
-            changed = await other.update(Scope("ann", "helper"), "semantic", ids[1], {"summary": "moved to pier five"})
+            changed = await other.update(scope, "semantic", ids[1], {"summary": "moved to pier five"})
             assert changed.summary == "moved to pier five"
             with pytest.raises(RecordNotFoundError):  # a real miss is still one
-                await other.get(Scope("ann", "helper"), "semantic", "0" * 32)
+                await other.get(scope, "semantic", "0" * 32)
+        else:
+            await other.delete(scope, "semantic", ids[0])  # not left for its writer to bring back
 
-        asyncio.run(elsewhere())
-    finally:
-        go.touch()
-        assert writer.wait(timeout=120) == 0
+    kept: list[str] = []
+    for step in ("get and update", "delete"):
+        writer, db, go, ids = _start_writer(tmp_path, delay=1.0)  # written to the tables a second after they were acknowledged
+        try:
+            asyncio.run(elsewhere(db, ids if step == "get and update" else ids[:1]))
+        finally:
+            go.touch()
+            assert writer.wait(timeout=120) == 0
+            go.unlink()
+        kept += ids if step == "get and update" else ids[1:]
+
+    async def after() -> None:
+        mem = await MemoryOS.open(db, embedder=None)
+        stored = Counter(r.id for r in await mem.list(scope, "semantic", limit=None))
+        assert set(stored) == set(kept) and set(stored.values()) == {1}
+        shared = Counter((await mem.storage.search.table.query().select(["id"]).to_arrow())["id"].to_pylist())
+        assert set(shared) == set(kept) and set(shared.values()) == {1}
+        assert (await mem.get(scope, "semantic", kept[1])).summary == "moved to pier five"
+
+    asyncio.run(after())
