@@ -197,6 +197,8 @@ class RecordAccess:
         name = self.record_type(memory_type).memory_type
         where = Where(check.check_scope(scope)).id_in([validate_record_id(record_id)]).build()
         rows = await self.storage.rows(name, where, limit=1)
+        if not rows and await self.storage.await_journaled(name, record_id):  # acknowledged by another process, not yet written
+            rows = await self.storage.rows(name, where, limit=1)
         if not rows:
             raise RecordNotFoundError(f"no {name} record {record_id!r} in scope {scope}")
         return self.storage.type_table(name).to_record(rows[0])

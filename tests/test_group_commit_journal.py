@@ -13,9 +13,10 @@ from collections import Counter
 from pathlib import Path
 
 import lancedb
+import pytest
 from memos.memtypes import Fact
 
-from memos import MemoryOS, Scope
+from memos import MemoryOS, RecordNotFoundError, Scope
 from memos.batching import Coalescer
 from memos.group_commit import linger
 from memos.jobs.audit import history_gaps
@@ -69,7 +70,7 @@ WRITER = textwrap.dedent('''
 
     async def main(db, go):
         mem = await MemoryOS.open(db, embedder=None)
-        mem.storage.behind.delay = 60  # the rows wait in the journal until the process ends or is killed
+        mem.storage.behind.delay = float(sys.argv[3])  # 60: the rows wait in the journal until the process ends or is killed
         added = await asyncio.gather(*(mem.add(Scope("ann", "helper"), Fact(subject=f"boat {i}", summary=f"boat {i} at pier four"))
                                        for i in range(5)))
         print(" ".join(r.id for [r] in added), flush=True)  # acknowledged
@@ -80,10 +81,10 @@ WRITER = textwrap.dedent('''
 ''')
 
 
-def _start_writer(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path, list[str]]:
+def _start_writer(tmp_path: Path, delay: float = 60) -> tuple[subprocess.Popen[str], Path, Path, list[str]]:
     script, db, go = tmp_path / "writer.py", tmp_path / "db", tmp_path / "go"
     script.write_text(WRITER)
-    writer = subprocess.Popen([sys.executable, str(script), str(db), str(go)], stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen([sys.executable, str(script), str(db), str(go), str(delay)], stdout=subprocess.PIPE, text=True)
     ids = writer.stdout.readline().split() if writer.stdout else []
     assert len(ids) == 5, "the writer did not acknowledge its adds"
     return writer, db, go, ids
@@ -211,3 +212,43 @@ def test_a_segment_another_open_replayed_and_deleted_while_it_was_listed_is_not_
     monkeypatch.setattr(journal.fcntl, "flock", replayed_meanwhile)
     with journal.orphans(tmp_path) as found:
         assert found == []
+
+
+def test_another_process_asked_for_a_journaled_add_by_id_waits_for_it_instead_of_not_finding_it(tmp_path: Path):
+    """A worker that did not make an add finds it by id, can update it, and can delete it for good,
+    while its rows still wait in the journal of the worker that acknowledged it
+    (`memos.store.lancedb.elsewhere`)."""
+    scope = Scope("ann", "helper")
+
+    async def elsewhere(db: Path, ids: list[str]) -> None:
+        other = await MemoryOS.open(db, embedder=None)
+        if len(ids) > 2:
+            first = await other.get(scope, "semantic", ids[0])
+            assert first.summary.endswith("at pier four")
+            changed = await other.update(scope, "semantic", ids[1], {"summary": "moved to pier five"})
+            assert changed.summary == "moved to pier five"
+            with pytest.raises(RecordNotFoundError):  # a real miss is still one
+                await other.get(scope, "semantic", "0" * 32)
+        else:
+            await other.delete(scope, "semantic", ids[0])  # not left for its writer to bring back
+
+    kept: list[str] = []
+    for step in ("get and update", "delete"):
+        writer, db, go, ids = _start_writer(tmp_path, delay=1.0)  # written to the tables a second after they were acknowledged
+        try:
+            asyncio.run(elsewhere(db, ids if step == "get and update" else ids[:1]))
+        finally:
+            go.touch()
+            assert writer.wait(timeout=120) == 0
+            go.unlink()
+        kept += ids if step == "get and update" else ids[1:]
+
+    async def after() -> None:
+        mem = await MemoryOS.open(db, embedder=None)
+        stored = Counter(r.id for r in await mem.list(scope, "semantic", limit=None))
+        assert set(stored) == set(kept) and set(stored.values()) == {1}
+        shared = Counter((await mem.storage.search.table.query().select(["id"]).to_arrow())["id"].to_pylist())
+        assert set(shared) == set(kept) and set(shared.values()) == {1}
+        assert (await mem.get(scope, "semantic", kept[1])).summary == "moved to pier five"
+
+    asyncio.run(after())

@@ -52,6 +52,8 @@ async def delete_record(storage: Storage, scope: Scope, memory_type: str, record
     left in `scope`."""
     where = Where(scope).id_in([record_id]).build()
     rows = await storage.rows(memory_type, where, columns=["user_id", "agent_id", "session_id"], limit=1)
+    if not rows and await storage.await_journaled(memory_type, record_id):  # acknowledged by another process, not yet written
+        rows = await storage.rows(memory_type, where, columns=["user_id", "agent_id", "session_id"], limit=1)
     if rows:  # its exact scope: nothing outside it is touched, now or when finished later
         target = Scope(rows[0]["user_id"], rows[0]["agent_id"], rows[0]["session_id"])
     else:

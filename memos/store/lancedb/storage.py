@@ -32,6 +32,7 @@ from memos.store.scope import sql_in, sql_string
 from memos.time_bounds import EARLIEST
 
 from .compaction import HISTORY_COMPACT_EVERY, Compaction
+from .elsewhere import await_journaled
 from .errors import journal_error, retry_conflicts, retrying
 from .holding import hold_rows
 from .journal import Journal
@@ -278,6 +279,10 @@ class Storage:
         if where:
             query = query.where(where)
         return await self.read(self.tables[memory_type].table, query.to_arrow)
+
+    async def await_journaled(self, memory_type: str, record_id: str) -> bool:
+        """A read by id missed `record_id`: wait if a live process has journaled it (`elsewhere`)."""
+        return await await_journaled(self, memory_type, record_id)
 
     async def refresh(self) -> None:
         """Point every table handle at its latest version (a job that runs for hours sees other

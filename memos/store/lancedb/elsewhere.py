@@ -1,0 +1,50 @@
+"""A read by id that missed a row another process has acknowledged and not yet written.
+
+An add is acknowledged once its rows are in the store's journal (`memos.store.lancedb.journal`);
+the process that journaled it commits them a moment later (`write_behind.DELAY`). Within one
+process every read writes the queue first, but another process (another worker of
+`memos serve --workers N`, a job worker) that is asked for that record by id in between would
+not find it. `await_journaled` tells such a miss from a real one: the id is in a live process's
+journal segment, so the read waits until that process has written it and then looks again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Protocol
+
+__all__ = ["POLL", "WAIT", "await_journaled"]
+
+WAIT = 3.0
+"""Seconds a read waits at most for another process to write a journaled row (several `DELAY`s)."""
+POLL = 0.05
+"""Seconds between two looks at the live journal segments while waiting."""
+
+
+class _Store(Protocol):
+    """What waiting uses of `memos.store.lancedb.storage.Storage`."""
+
+    tables: dict[str, Any]
+    behind: Any
+
+
+async def await_journaled(storage: _Store, memory_type: str, record_id: str, wait: float = WAIT) -> bool:
+    """Whether `record_id` waits in a live process's journal for `memory_type`'s table; if so,
+    wait (at most `wait` seconds) until it has left the journal, that is until its process has
+    committed it, and point the table's handle at the newest version, so the caller's read can
+    look again. False at once for a row no journal holds (a real miss costs one look)."""
+    behind = storage.behind
+    if not behind.journaled:
+        return False
+
+    async def waiting() -> bool:
+        return record_id in (await asyncio.to_thread(behind.waiting)).get(memory_type, ())
+
+    if not await waiting():
+        return False
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and await waiting():
+        await asyncio.sleep(POLL)
+    await storage.tables[memory_type].table.checkout_latest()
+    return True
