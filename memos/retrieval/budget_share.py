@@ -29,13 +29,21 @@ def line_tokens(hit: Hit, count_tokens: Callable[[str], int]) -> int:
     return count_tokens(_line(hit))
 
 
-def affordable(hit: Hit, limit: float | None, count_tokens: Callable[[str], int]) -> bool:
-    """Whether `hit` costs at most `limit` tokens (`line_limit`; None: any line does). A line of
-    fewer UTF-8 bytes than that always does, uncounted: a token is at least a byte."""
+def _over(hit: Hit, limit: float | None, count_tokens: Callable[[str], int]) -> int | None:
+    """The tokens of `hit`'s line if they are more than `limit`, else None. A line of fewer UTF-8
+    bytes than the limit is within it, uncounted: a token is at least a byte."""
     if limit is None:
-        return True
+        return None
     line = _line(hit)
-    return len(line.encode()) <= limit or count_tokens(line) <= limit
+    if len(line.encode()) <= limit:
+        return None
+    cost = count_tokens(line)
+    return cost if cost > limit else None
+
+
+def affordable(hit: Hit, limit: float | None, count_tokens: Callable[[str], int]) -> bool:
+    """Whether `hit` costs at most `limit` tokens (`line_limit`; None: any line does)."""
+    return _over(hit, limit, count_tokens) is None
 
 
 def line_limit(budget: int, share: float, cap: float | None = None, floor: float = 0.0) -> float | None:
@@ -56,8 +64,8 @@ def priced(hits: Sequence[Hit], limit: float | None, count_tokens: Callable[[str
     out: list[Hit] = []
     waiting: list[Hit] = []  # the hits priced down, best first, until their score is reached
     for hit in hits:
-        if not affordable(hit, limit, count_tokens):
-            factor = limit / line_tokens(hit, count_tokens)
+        if (cost := _over(hit, limit, count_tokens)) is not None:
+            factor = limit / cost
             hit.score *= factor
             hit.parts["over_share"] = factor
             waiting.append(hit)
