@@ -44,7 +44,9 @@ async def await_journaled(storage: _Store, memory_type: str, record_id: str, wai
     if not await waiting():
         return False
     deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and await waiting():
+    while True:  # it was there a moment ago: look again after each pause
         await asyncio.sleep(POLL)
+        if time.monotonic() >= deadline or not await waiting():
+            break
     await storage.tables[memory_type].table.checkout_latest()
     return True
