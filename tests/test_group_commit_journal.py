@@ -252,3 +252,29 @@ def test_another_process_asked_for_a_journaled_add_by_id_waits_for_it_instead_of
         assert (await mem.get(scope, "semantic", kept[1])).summary == "moved to pier five"
 
     asyncio.run(after())
+
+
+def test_a_delete_of_an_add_whose_process_was_killed_before_writing_it_is_not_undone_by_the_replay(tmp_path: Path):
+    """A killed writer's journaled adds are written by the process that misses one of them
+    (`memos.store.lancedb.elsewhere`), not only by the next open: a delete there removes the
+    record for good, and a get finds the others."""
+    writer, db, _, ids = _start_writer(tmp_path)  # its rows wait in the journal
+    scope = Scope("ann", "helper")
+
+    async def survivor() -> None:
+        other = await MemoryOS.open(db, embedder=None)  # open while the writer lives: nothing to replay
+        writer.kill()
+        writer.wait(timeout=60)
+        assert segments(db)  # the killed writer's, left for the next open
+        await other.delete(scope, "semantic", ids[0])
+        assert (await other.get(scope, "semantic", ids[1])).id == ids[1]
+
+    async def reopened() -> None:
+        mem = await MemoryOS.open(db, embedder=None)
+        stored = Counter(r.id for r in await mem.list(scope, "semantic", limit=None))
+        assert set(stored) == set(ids[1:]) and set(stored.values()) == {1}
+        shared = Counter((await mem.storage.search.table.query().select(["id"]).to_arrow())["id"].to_pylist())
+        assert set(shared) == set(ids[1:]) and set(shared.values()) == {1}
+
+    asyncio.run(survivor())
+    asyncio.run(reopened())

@@ -5,7 +5,10 @@ the process that journaled it commits them a moment later (`write_behind.DELAY`)
 process every read writes the queue first, but another process (another worker of
 `memos serve --workers N`, a job worker) that is asked for that record by id in between would
 not find it. `await_journaled` tells such a miss from a real one: the id is in a live process's
-journal segment, so the read waits until that process has written it and then looks again.
+journal segment, so the read waits until that process has written it and then looks again. A
+process that stopped before writing its segment (killed) leaves it for the next open to replay;
+a miss replays it at once, for a delete that did not find such a record would otherwise be
+undone by that replay.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any, Protocol
+
+from .replay import Replayed, replay_journal
 
 __all__ = ["POLL", "WAIT", "await_journaled"]
 
@@ -22,7 +27,7 @@ POLL = 0.05
 """Seconds between two looks at the live journal segments while waiting."""
 
 
-class _Store(Protocol):
+class _Store(Replayed, Protocol):
     """What waiting uses of `memos.store.lancedb.storage.Storage`."""
 
     tables: dict[str, Any]
@@ -33,7 +38,8 @@ async def await_journaled(storage: _Store, memory_type: str, record_id: str, wai
     """Whether `record_id` waits in a live process's journal for `memory_type`'s table; if so,
     wait (at most `wait` seconds) until it has left the journal, that is until its process has
     committed it, and point the table's handle at the newest version, so the caller's read can
-    look again. False at once for a row no journal holds (a real miss costs one look)."""
+    look again; then write what stopped processes' segments hold (`replay_journal`). False for a
+    row no journal holds and nothing replayed (a real miss costs two looks at the journal folder)."""
     behind = storage.behind
     if not behind.journaled:
         return False
@@ -41,12 +47,15 @@ async def await_journaled(storage: _Store, memory_type: str, record_id: str, wai
     async def waiting() -> bool:
         return record_id in (await asyncio.to_thread(behind.waiting)).get(memory_type, ())
 
-    if not await waiting():
+    live = await waiting()
+    if live:
+        deadline = time.monotonic() + wait
+        while True:  # it was there a moment ago: look again after each pause
+            await asyncio.sleep(POLL)
+            if time.monotonic() >= deadline or not await waiting():
+                break
+    replayed = await replay_journal(storage, behind.journal.root)  # its writer may have stopped (killed) meanwhile
+    if not (live or replayed):
         return False
-    deadline = time.monotonic() + wait
-    while True:  # it was there a moment ago: look again after each pause
-        await asyncio.sleep(POLL)
-        if time.monotonic() >= deadline or not await waiting():
-            break
     await storage.tables[memory_type].table.checkout_latest()
     return True

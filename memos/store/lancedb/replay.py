@@ -14,12 +14,12 @@ from typing import Any, Protocol
 from .journal import orphans, read_frames
 from .write_behind import HISTORY, STATE
 
-__all__ = ["replay_journal"]
+__all__ = ["Replayed", "replay_journal"]
 
 log = logging.getLogger("memos.store.lancedb.replay")
 
 
-class _Replayed(Protocol):
+class Replayed(Protocol):
     """What a replay uses of the store (`Storage`)."""
 
     def memory_types(self) -> list[str]: ...
@@ -29,13 +29,14 @@ class _Replayed(Protocol):
     async def write_state(self, values: dict[str, str]) -> None: ...
 
 
-async def replay_journal(store: _Replayed, root: Path) -> None:
+async def replay_journal(store: Replayed, root: Path) -> int:
     """Write what the journal segments of stopped processes hold and the tables lack: their turns'
     rows (with their shared-table rows), the history rows of those turns and the
     session state. Rows already written are skipped, and shared rows are written by key (a
     group-commit add's was committed before it was acknowledged), so replaying a segment twice
-    changes nothing."""
+    changes nothing. Returns how many of the stores' rows it wrote."""
     known = set(store.memory_types())
+    total = 0
     with orphans(root) as found:
         for orphan in found:
             typed: dict[str, list[dict[str, Any]]] = {}
@@ -64,3 +65,5 @@ async def replay_journal(store: _Replayed, root: Path) -> None:
                 await store.write_state(state)
             if written:
                 log.warning("%d rows a stopped process had journaled were written to their tables", written)
+            total += written
+    return total
