@@ -70,6 +70,9 @@ WRITER = textwrap.dedent('''
 
     async def main(db, go):
         mem = await MemoryOS.open(db, embedder=None)
+        if len(sys.argv) > 4:  # "stuck": it commits its batches and never gets to delete their journal segment
+            from memos.store.lancedb.journal import Journal
+            Journal.retire = staticmethod(lambda segments: __import__("time").sleep(3600))
         mem.storage.behind.delay = float(sys.argv[3])  # 60: the rows wait in the journal until the process ends or is killed
         added = await asyncio.gather(*(mem.add(Scope("ann", "helper"), Fact(subject=f"boat {i}", summary=f"boat {i} at pier four"))
                                        for i in range(5)))
@@ -81,10 +84,11 @@ WRITER = textwrap.dedent('''
 ''')
 
 
-def _start_writer(tmp_path: Path, delay: float = 60) -> tuple[subprocess.Popen[str], Path, Path, list[str]]:
+def _start_writer(tmp_path: Path, delay: float = 60, *, stuck: bool = False) -> tuple[subprocess.Popen[str], Path, Path, list[str]]:
     script, db, go = tmp_path / "writer.py", tmp_path / "db", tmp_path / "go"
     script.write_text(WRITER)
-    writer = subprocess.Popen([sys.executable, str(script), str(db), str(go), str(delay)], stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen([sys.executable, str(script), str(db), str(go), str(delay), *(["stuck"] if stuck else [])],
+                              stdout=subprocess.PIPE, text=True)
     ids = writer.stdout.readline().split() if writer.stdout else []
     assert len(ids) == 5, "the writer did not acknowledge its adds"
     return writer, db, go, ids
@@ -277,4 +281,50 @@ def test_a_delete_of_an_add_whose_process_was_killed_before_writing_it_is_not_un
         assert set(shared) == set(ids[1:]) and set(shared.values()) == {1}
 
     asyncio.run(survivor())
+    asyncio.run(reopened())
+
+
+def test_a_delete_of_an_add_committed_while_its_journal_segment_lived_on_is_not_undone_by_the_replay(tmp_path: Path):
+    """The writer has committed its adds but is killed before deleting the journal segment that
+    held them (it was writing their history): a delete elsewhere in that moment waits for the
+    segment to go (`memos.store.lancedb.elsewhere.settle_journaled`), so the next open's replay
+    does not write the deleted record back."""
+    writer, db, _, ids = _start_writer(tmp_path, delay=0.1, stuck=True)
+    scope = Scope("ann", "helper")
+
+    async def committed() -> int:  # the tables as they are, no memos open
+        conn = await lancedb.connect_async(str(db))
+        return await (await conn.open_table("semantic")).count_rows()
+
+    async def survivor() -> None:
+        for _ in range(600):
+            if await committed() == len(ids):
+                break
+            await asyncio.sleep(0.05)
+        assert await committed() == len(ids) and segments(db)  # committed, and its segment still there
+        other = await MemoryOS.open(db, embedder=None)  # sees them committed
+
+        async def kill_soon() -> None:
+            await asyncio.sleep(0.5)
+            writer.kill()
+            await asyncio.to_thread(writer.wait, 60)
+
+        killing = asyncio.ensure_future(kill_soon())
+        await other.delete(scope, "semantic", ids[0])  # found at once: its row is committed
+        await killing
+
+    try:
+        asyncio.run(survivor())
+    finally:
+        writer.kill()
+        writer.wait(timeout=60)
+
+    async def reopened() -> None:
+        mem = await MemoryOS.open(db, embedder=None)  # replays what the killed writer left
+        stored = Counter(r.id for r in await mem.list(scope, "semantic", limit=None))
+        assert set(stored) == set(ids[1:]) and set(stored.values()) == {1}
+        assert await mem.history(scope, ids[1])
+        with pytest.raises(RecordNotFoundError):
+            await mem.get(scope, "semantic", ids[0])
+
     asyncio.run(reopened())

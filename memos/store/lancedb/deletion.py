@@ -20,6 +20,7 @@ from collections.abc import Collection
 
 from memos.store.scope import Scope, Where, sql_string
 
+from .elsewhere import settle_journaled
 from .storage import Storage
 
 __all__ = ["PENDING_DELETE", "delete_record", "finish_deletes", "pending_deletes"]
@@ -64,6 +65,7 @@ async def delete_record(storage: Storage, scope: Scope, memory_type: str, record
             target = scope
         else:
             return False
+    await settle_journaled(storage, memory_type, [record_id])  # not committed by its writer, or replayed, after this delete
     key = _key(memory_type, record_id)
     await storage.set_meta(key, json.dumps([target.user_id, target.agent_id, target.session_id]))
     await _remove(storage, target, memory_type, record_id, shared=not rows)

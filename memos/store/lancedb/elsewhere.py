@@ -9,17 +9,28 @@ journal segment, so the read waits until that process has written it and then lo
 process that stopped before writing its segment (killed) leaves it for the next open to replay;
 a miss replays it at once, for a delete that did not find such a record would otherwise be
 undone by that replay.
+
+A delete that does find its rows can meet the other side of the same window: the process that
+journaled them has committed them but not yet deleted its segment (it writes their history
+first). Killed then, its segment would be replayed by the next open, and a replay writes the
+rows its tables lack: the deleted record would come back. So a delete first waits until no
+segment holds the rows it removes (`settle_journaled`), replaying a stopped process's itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Collection
 from typing import Any, Protocol
 
+from .journal import live_ids
 from .replay import Replayed, replay_journal
 
-__all__ = ["POLL", "WAIT", "await_journaled"]
+__all__ = ["POLL", "WAIT", "await_journaled", "settle_journaled"]
+
+log = logging.getLogger("memos.store.lancedb.storage")
 
 WAIT = 3.0
 """Seconds a read waits at most for another process to write a journaled row (several `DELAY`s)."""
@@ -59,3 +70,24 @@ async def await_journaled(storage: _Store, memory_type: str, record_id: str, wai
         return False
     await storage.tables[memory_type].table.checkout_latest()
     return True
+
+
+async def settle_journaled(storage: _Store, memory_type: str, ids: Collection[str], wait: float = WAIT) -> None:
+    """Before a delete of `ids` (rows of `memory_type` in their table): wait, at most `wait`
+    seconds, until no journal segment holds them, live or stopped, writing a stopped process's
+    segments meanwhile (`replay_journal`), so that no later replay brings a deleted row back.
+    Returns at once when no segment holds them (one look at the journal folder)."""
+    behind = storage.behind
+    if not behind.journaled or not ids:
+        return
+    root, wanted = behind.journal.root, set(ids)
+    deadline = time.monotonic() + wait
+    while True:
+        held = (await asyncio.to_thread(live_ids, root, stopped=True)).get(memory_type, set())
+        if held.isdisjoint(wanted):
+            return
+        if time.monotonic() >= deadline:  # a writer that cannot commit them: delete anyway
+            log.warning("a delete of %d %s rows went ahead while a journal segment still holds them", len(held & wanted), memory_type)
+            return
+        await replay_journal(storage, root)  # a stopped process's: written (they are there), then deleted
+        await asyncio.sleep(POLL)

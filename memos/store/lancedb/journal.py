@@ -159,10 +159,11 @@ def read_frames(data: bytes) -> Iterator[tuple[str, pa.Table]]:
         at += _HEADER.size + length
 
 
-def live_ids(root: Path) -> dict[str, set[str]]:
+def live_ids(root: Path, *, stopped: bool = False) -> dict[str, set[str]]:
     """The ids of the rows, by table, that the live segments under `root` hold (their writers,
-    this process included, have yet to write them to their tables); a stopped writer's segment
-    is left to `orphans`."""
+    this process included, have yet to write them to their tables, or are writing them); a
+    stopped writer's segment is left to `orphans`, unless `stopped`: then its ids count too
+    (every segment whose rows a replay may still write)."""
     folder = root / JOURNAL_DIR
     found: dict[str, set[str]] = {}
     for path in sorted(folder.glob(f"*{_SUFFIX}")) if folder.is_dir() else []:
@@ -171,11 +172,14 @@ def live_ids(root: Path) -> dict[str, set[str]]:
         except FileNotFoundError:  # retired meanwhile: its rows are in their tables
             continue
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                continue  # no writer holds it: a stopped process's, replayed at an open
-            except BlockingIOError:  # its writer is alive
-                pass
+            if not stopped:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    continue  # no writer holds it: a stopped process's, replayed at an open
+                except BlockingIOError:  # its writer is alive
+                    pass
+            elif os.fstat(fd).st_nlink == 0:  # retired or replayed since it was listed
+                continue
             with open(fd, "rb", closefd=False) as f:
                 data = f.read()
         finally:

@@ -32,7 +32,7 @@ from memos.store.scope import sql_in, sql_string
 from memos.time_bounds import EARLIEST
 
 from .compaction import HISTORY_COMPACT_EVERY, Compaction
-from .elsewhere import await_journaled
+from .elsewhere import await_journaled, settle_journaled
 from .errors import journal_error, retry_conflicts, retrying
 from .holding import hold_rows
 from .journal import Journal
@@ -254,7 +254,11 @@ class Storage:
 
     async def delete_rows(self, memory_type: str, where: str) -> None:
         table = self.tables[memory_type].table
-        ids = [r["id"] for r in await self.rows(memory_type, where, columns=["id"])] if self.search.covers(memory_type) else []
+        covered = self.search.covers(memory_type)
+        ids = [r["id"] for r in await self.rows(memory_type, where, columns=["id"])] if covered or self.behind.journaled else []
+        await settle_journaled(self, memory_type, ids)  # no replay of a journal segment brings them back
+        if not covered:
+            ids = []
         with self._reporting(memory_type) as report:
             report(await self.write(table, lambda: table.delete(where)))
         if ids:
