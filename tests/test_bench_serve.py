@@ -84,3 +84,23 @@ def test_the_curve_options_refuse_what_they_cannot_run():
                        (["--embedder", "none,hashed"], "unknown --embedder 'hashed'"), (["--clients", "1,500"], "from 1 to 200")):
         out = runner.invoke(app, ["bench", "serve", *args])
         assert out.exit_code == 2 and said in out.output, (args, out.output)
+
+
+async def test_clients_spread_over_load_processes_start_together_and_every_write_is_counted_once(tmp_path):
+    """On a machine of many cores one process of clients would be the bottleneck (`load_processes`):
+    the clients then run in several spawned processes whose measures add up to one run."""
+    with LoopbackServer(str(tmp_path)) as server:
+        tokens = {"u0": server.make_key("u0"), "u1": server.make_key("u1")}
+        run = await run_load([server.url], tokens, clients=5, writes=3, searches=2, time_limit=60, processes=2)
+    assert run["load_processes"] == 2 and run["operations"] == 25 and run["unfinished"] == 0 and run["errors"] == {}
+    assert run["acknowledged"] == run["found"] == 15 and run["lost"] == run["duplicated"] == 0
+    assert not run["cut_off"]
+
+
+def test_the_clients_get_processes_of_their_own_only_on_a_machine_with_cores_to_spare(monkeypatch):
+    from memos.bench import serve
+
+    monkeypatch.setattr(serve.os, "cpu_count", lambda: 16)
+    assert [serve.load_processes(n) for n in (1, 4, 5, 12, 20, 100)] == [1, 1, 1, 2, 4, 4]
+    monkeypatch.setattr(serve.os, "cpu_count", lambda: 2)
+    assert serve.load_processes(100) == 1  # the servers need the cores

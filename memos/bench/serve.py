@@ -11,12 +11,19 @@ the same write again, so a refusal that had stored something would show as a dup
 store and set of servers per embedder and server count, the client counts in increasing order
 on it) and makes a table of them. Counts and time are bounded: each run stops starting
 operations at its time limit.
+
+The clients themselves cost CPU (~2 ms an operation: HTTP and JSON in Python), so one process
+of them tops out near 400-500 operations a second, about what several server processes serve on
+a 16-core machine: there the clients are spread over several processes (`load_processes`), which
+start together and report back to the run; on a small machine they stay in one, beside the
+servers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import secrets
 import shutil
@@ -24,6 +31,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -36,7 +44,7 @@ from typing import Any
 from ._stats import percentiles
 
 __all__ = ["CURVE_CLIENTS", "CURVE_COLUMNS", "CURVE_EMBEDDERS", "CURVE_SERVERS", "ServerProcess", "curve_table", "free_port",
-           "loopback_s3", "process_cpu_seconds", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve"]
+           "load_processes", "loopback_s3", "process_cpu_seconds", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve"]
 
 USERS = 4
 CURVE_CLIENTS = (1, 5, 20, 50, 100)
@@ -47,6 +55,17 @@ MAX_TRIES = 5
 MAX_RETRY_WAIT = 10.0
 GRACE_S = 30.0
 """How long a run waits, past its time limit, for the operations still in flight before cancelling them."""
+CLIENTS_PER_PROCESS = 5
+"""Clients a load process is given at least when they are spread over several (`load_processes`)."""
+START_TIMEOUT = 120.0
+"""Seconds the load processes have to start (import, then meet at the start line)."""
+
+
+def load_processes(clients: int) -> int:
+    """How many processes the clients of a run are spread over by default: one per
+    `CLIENTS_PER_PROCESS` clients, at most a quarter of the machine's cores (the rest are the
+    servers'), so one on a machine of fewer than 8 cores."""
+    return max(1, min(clients // CLIENTS_PER_PROCESS, (os.cpu_count() or 1) // 4))
 
 
 def free_port() -> int:
@@ -280,24 +299,96 @@ def process_cpu_seconds(pids: list[int]) -> float | None:
     return total / ticks
 
 
-async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes: int, searches: int, *,
-                   time_limit: float = 600.0, tag: str = "bench", server_pids: list[int] | None = None) -> dict[str, Any]:
-    """One run of `clients` clients spread over the servers at `urls` (each client one of `tokens`'
-    users), its writes tagged `tag`; then every acknowledged write is looked for. Operations stop
-    starting after `time_limit` seconds; those still in flight `GRACE_S` later are cancelled.
-    With `server_pids`, the servers' CPU during the load (the read-back not counted) per operation."""
-    cpu_before = process_cpu_seconds(server_pids) if server_pids else None
+async def _clients(indices: list[int], urls: list[str], tokens: dict[str, str], writes: int, searches: int, tag: str,
+                   tally: _Tally, time_limit: float) -> bool:
+    """Run the clients numbered `indices` (client i: server i mod servers, user i mod users) until
+    they are done or `GRACE_S` past `time_limit`; whether some had to be cancelled."""
     users = list(tokens)
-    tally = _Tally()
-    began = time.perf_counter()
-    deadline = began + time_limit
+    deadline = time.perf_counter() + time_limit
     tasks = [asyncio.ensure_future(_client(i, urls[i % len(urls)], tokens[users[i % len(users)]], writes, searches, tag, tally, deadline))
-             for i in range(clients)]
+             for i in indices]
     _, pending = await asyncio.wait(tasks, timeout=time_limit + GRACE_S)
     for task in pending:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    wall = time.perf_counter() - began
+    return bool(pending)
+
+
+def _load_part(out: Any, start: Any, indices: list[int], urls: list[str], tokens: dict[str, str], writes: int, searches: int,
+               tag: str, time_limit: float) -> None:
+    """One load process (spawned): its clients start when every process is at the start line,
+    and what they measured goes back through `out`."""
+    import httpx2  # noqa: F401  (imported before the start line, not inside the timed run)
+
+    tally = _Tally()
+    start.wait(START_TIMEOUT)
+    cut = asyncio.run(_clients(indices, urls, tokens, writes, searches, tag, tally, time_limit))
+    out.send({"lat": tally.lat, "acked": tally.acked, "errors": dict(tally.errors), "retries": tally.retries,
+              "unfinished": tally.unfinished, "cut": cut})
+    out.close()
+
+
+async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[str, str], writes: int, searches: int, tag: str,
+                  tally: _Tally, time_limit: float) -> tuple[float, bool]:
+    """Run the clients in `processes` spawned processes that start together; their measures are
+    added to `tally`. Returns the load's wall time (from the common start) and whether any client
+    was cancelled."""
+    context = multiprocessing.get_context("spawn")  # never fork: the parent may have used LanceDB
+    start = context.Barrier(processes + 1)
+    parts = []
+    for k in range(processes):
+        receive, send = context.Pipe(duplex=False)
+        proc = context.Process(target=_load_part, args=(send, start, list(range(k, clients, processes)), urls, tokens, writes,
+                                                        searches, tag, time_limit), daemon=True)
+        proc.start()
+        send.close()
+        parts.append((proc, receive))
+    try:
+        try:
+            await asyncio.to_thread(start.wait, START_TIMEOUT)
+        except threading.BrokenBarrierError as exc:
+            raise RuntimeError(f"the {processes} load processes did not all start within {START_TIMEOUT:g} s") from exc
+        began = time.perf_counter()
+        cut = False
+        for proc, receive in parts:
+            try:
+                part = await asyncio.to_thread(receive.recv)
+            except EOFError as exc:
+                raise RuntimeError(f"a load process ended without its results (exit code {proc.exitcode})") from exc
+            for op, values in part["lat"].items():
+                tally.lat[op] += values
+            tally.acked += [tuple(a) for a in part["acked"]]
+            tally.errors.update(part["errors"])
+            tally.retries += part["retries"]
+            tally.unfinished += part["unfinished"]
+            cut = cut or part["cut"]
+        return time.perf_counter() - began, cut
+    finally:
+        for proc, receive in parts:
+            receive.close()
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+
+
+async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes: int, searches: int, *,
+                   time_limit: float = 600.0, tag: str = "bench", server_pids: list[int] | None = None,
+                   processes: int | None = None) -> dict[str, Any]:
+    """One run of `clients` clients spread over the servers at `urls` (each client one of `tokens`'
+    users), its writes tagged `tag`; then every acknowledged write is looked for. Operations stop
+    starting after `time_limit` seconds; those still in flight `GRACE_S` later are cancelled.
+    With `server_pids`, the servers' CPU during the load (the read-back not counted) per operation.
+    The clients run in this process, or in `processes` processes of their own (default:
+    `load_processes`; never more than there are clients)."""
+    processes = max(1, min(clients, load_processes(clients) if processes is None else processes))
+    cpu_before = process_cpu_seconds(server_pids) if server_pids else None
+    tally = _Tally()
+    if processes == 1:
+        began = time.perf_counter()
+        cut = await _clients(list(range(clients)), urls, tokens, writes, searches, tag, tally, time_limit)
+        wall = time.perf_counter() - began
+    else:
+        wall, cut = await _spread(processes, clients, urls, tokens, writes, searches, tag, tally, time_limit)
     cpu_after = process_cpu_seconds(server_pids) if server_pids else None
     if len(urls) > 1:
         await asyncio.sleep(2.5)  # other processes' commits show within 1 s; a local store's adds commit ~0.5 s after
@@ -308,7 +399,7 @@ async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes
         "wall_s": round(wall, 2), "throughput_ops_s": round(ops / wall, 1) if wall else 0.0,
         "write_ms": percentiles(tally.lat["write"], (50, 95, 99)), "search_ms": percentiles(tally.lat["search"], (50, 95, 99)),
         "errors": dict(sorted(tally.errors.items())), "retries": tally.retries, "unfinished": tally.unfinished,
-        "cut_off": bool(pending) or (tally.unfinished > 0 and time.perf_counter() >= deadline), **check,
+        "cut_off": cut or (tally.unfinished > 0 and wall >= time_limit), "load_processes": processes, **check,
         "server_cpu_ms_per_op": (round((cpu_after - cpu_before) * 1000 / ops, 1)
                                  if cpu_before is not None and cpu_after is not None and ops else None),
     }
@@ -349,20 +440,21 @@ async def _keys(procs: list[ServerProcess], prefix: str) -> dict[str, str]:
 
 
 async def run_serve_bench(clients: int = 20, writes: int = 10, searches: int = 10, servers: int = 1, *, embedder: str = "local",
-                          s3: bool = False, path: Path | None = None, time_limit: float = 600.0) -> dict[str, Any]:
+                          s3: bool = False, path: Path | None = None, time_limit: float = 600.0,
+                          load_processes: int | None = None) -> dict[str, Any]:
     """Run the load test once and return its report (see the module docstring)."""
     started = time.perf_counter()
     with _servers(servers, embedder, s3=s3, path=path) as (procs, store):
         startup_s = time.perf_counter() - started
         tokens = await _keys(procs, "tenant")
         report = await run_load([p.url for p in procs], tokens, clients, writes, searches, time_limit=time_limit,
-                                server_pids=_pids(procs))
+                                server_pids=_pids(procs), processes=load_processes)
     return {**report, "store": store, "embedder": embedder, "server_startup_s": round(startup_s, 1)}
 
 
 async def run_serve_curve(clients: tuple[int, ...] = CURVE_CLIENTS, embedders: tuple[str, ...] = CURVE_EMBEDDERS,
                           servers: tuple[int, ...] = CURVE_SERVERS, *, writes: int = 10, searches: int = 10, s3: bool = False,
-                          time_limit: float = 60.0, progress: Any = None) -> dict[str, Any]:
+                          time_limit: float = 60.0, progress: Any = None, load_processes: int | None = None) -> dict[str, Any]:
     """Every combination of client count, embedder and server count, one bounded run each: a row
     per run (as `run_load` reports it, with its embedder) and the table of them."""
     rows = []
@@ -374,7 +466,7 @@ async def run_serve_curve(clients: tuple[int, ...] = CURVE_CLIENTS, embedders: t
                 for n, client_count in enumerate(sorted(clients)):
                     tokens = await _keys(procs, f"c{client_count}u")  # each run its own users: its reads see only its writes
                     row = await run_load([p.url for p in procs], tokens, client_count, writes, searches, time_limit=time_limit,
-                                         tag=f"run{n}", server_pids=_pids(procs))
+                                         tag=f"run{n}", server_pids=_pids(procs), processes=load_processes)
                     rows.append({"embedder": embedder, **row, "store": store, "server_startup_s": startup_s})
                     if progress is not None:
                         progress(rows[-1])

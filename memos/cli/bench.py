@@ -251,6 +251,8 @@ def serve(
     s3: Annotated[bool, typer.Option("--s3", help="Put the store on a loopback S3 server (moto) instead of a directory.")] = False,
     time_limit: Annotated[float | None, typer.Option(min=1, help="Stop starting operations after this many seconds of load "
                                                                  "(per run; default 600, in a curve 60).")] = None,
+    load_processes: Annotated[int | None, typer.Option(min=1, max=32, help="Processes the clients run in (default: one per "
+                                                                           "5 clients, at most a quarter of the cores).")] = None,
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
 ) -> None:
     """Load-test `memos serve` on loopback: throughput, p50/p95/p99, errors by status, and every acknowledged
@@ -265,19 +267,19 @@ def serve(
     if writes * max(client_counts) > 4 * 1000:
         fail("at most 4,000 writes in a run (the check reads each of the 4 users' 1,000 newest records)")
     if len(client_counts) * len(server_counts) * len(embedders) > 1:
-        _curve(client_counts, embedders, server_counts, writes, searches, s3, time_limit or 60.0, json_out)
+        _curve(client_counts, embedders, server_counts, writes, searches, s3, time_limit or 60.0, json_out, load_processes)
         return
     console.print(f"memos bench serve: {client_counts[0]} clients × ({writes} writes + {searches} searches), {server_counts[0]} server(s)"
                   f"{' on loopback S3' if s3 else ''}, embedder {embedders[0]}")
     report = run_sync(run_serve_bench(client_counts[0], writes, searches, server_counts[0], embedder=embedders[0], s3=s3,
-                                      time_limit=time_limit or 600.0))
+                                      time_limit=time_limit or 600.0, load_processes=load_processes))
     emit_json(report, json_out)
     if report["lost"] or report["duplicated"]:
         fail(f"{report['lost']} acknowledged writes lost, {report['duplicated']} duplicated")
 
 
 def _curve(clients: tuple[int, ...], embedders: tuple[str, ...], servers: tuple[int, ...], writes: int, searches: int, s3: bool,
-           time_limit: float, json_out: str) -> None:
+           time_limit: float, json_out: str, load_processes: int | None = None) -> None:
     """`memos bench serve` over several configurations: a line per run as it ends, the table, the JSON."""
     from rich.table import Table
 
@@ -287,6 +289,7 @@ def _curve(clients: tuple[int, ...], embedders: tuple[str, ...], servers: tuple[
     console.print(f"memos bench serve: {runs} runs (clients {clients}, embedders {embedders}, servers {servers}), "
                   f"each {writes} writes + {searches} searches per client, at most {time_limit:g} s{' on loopback S3' if s3 else ''}")
     report = run_sync(run_serve_curve(clients, embedders, servers, writes=writes, searches=searches, s3=s3, time_limit=time_limit,
+                                      load_processes=load_processes,
                                       progress=lambda row: console.print("  " + "  ".join(f"{k} {v}" for k, v in curve_table([row])[0].items()))))
     table = Table(*CURVE_COLUMNS, title="memos bench serve")
     for row in report["table"]:
