@@ -65,7 +65,8 @@ async def delete_record(storage: Storage, scope: Scope, memory_type: str, record
             target = scope
         else:
             return False
-    await settle_journaled(storage, memory_type, [record_id])  # not committed by its writer, or replayed, after this delete
+    if not rows:  # (a row found is settled by `Storage.delete_rows`, below)
+        await settle_journaled(storage, memory_type, [record_id])  # not committed by its writer, or replayed, after this delete
     key = _key(memory_type, record_id)
     await storage.set_meta(key, json.dumps([target.user_id, target.agent_id, target.session_id]))
     await _remove(storage, target, memory_type, record_id, shared=not rows)

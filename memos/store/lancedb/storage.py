@@ -257,11 +257,9 @@ class Storage:
         covered = self.search.covers(memory_type)
         ids = [r["id"] for r in await self.rows(memory_type, where, columns=["id"])] if covered or self.behind.journaled else []
         await settle_journaled(self, memory_type, ids)  # no replay of a journal segment brings them back
-        if not covered:
-            ids = []
         with self._reporting(memory_type) as report:
             report(await self.write(table, lambda: table.delete(where)))
-        if ids:
+        if ids and covered:
             await self.search.synced(memory_type, ids)
 
     async def rows(
