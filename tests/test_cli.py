@@ -175,3 +175,27 @@ def test_error_paths_of_init_export_rotate_reflect_consolidate_and_worker(tmp_pa
         out = runner.invoke(app, args)
         assert out.exit_code != 0, args
         assert message in flat(out.output) or message == "error", (args, out.output)
+
+
+def test_serve_gives_each_encode_call_one_blas_thread_unless_told_otherwise(tmp_path, embedder, monkeypatch):
+    """A server's parallelism is its concurrent requests: by default each call of the local encoder
+    runs on one BLAS thread; --encoder-threads (or MEMOS_ENCODER_THREADS) sets another count, 0
+    leaves it to the encoder (the cores other processes leave idle)."""
+    import os
+
+    from memos.sentence_encoder import encode_threads
+
+    monkeypatch.setattr("memos.embeddings._local", embedder)
+    db = str(tmp_path / "db")
+    assert runner.invoke(app, ["init", db]).exit_code == 0
+    served: list[tuple[str | None, int]] = []
+    monkeypatch.setattr("memos.serve.run", lambda config, **_: served.append((os.environ.get("MEMOS_ENCODER_THREADS"), encode_threads())))
+    monkeypatch.setenv("MEMOS_ENCODER_THREADS", "-")  # restored after the test, whatever serve leaves
+    monkeypatch.delenv("MEMOS_ENCODER_THREADS")
+    assert runner.invoke(app, ["serve", "--db", db]).exit_code == 0
+    assert runner.invoke(app, ["serve", "--db", db, "--encoder-threads", "3"]).exit_code == 0
+    assert runner.invoke(app, ["serve", "--db", db], env={"MEMOS_ENCODER_THREADS": "2"}).exit_code == 0
+    assert runner.invoke(app, ["serve", "--db", db, "--encoder-threads", "0"]).exit_code == 0
+    assert served[:3] == [("1", 1), ("3", 3), ("2", 2)]
+    assert served[3][0] is None and 1 <= served[3][1] <= (os.cpu_count() or 1)
+    assert runner.invoke(app, ["serve", "--db", db, "--encoder-threads", "-1"]).exit_code != 0

@@ -46,6 +46,9 @@ def serve(
     workers: Annotated[int, typer.Option(min=1, max=64, help="Server processes (spawned, sharing only the store).")] = 1,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
     max_pending: Annotated[int, typer.Option(min=1, help="Adds, and searches, that may wait at once in a process; past that: 503 + Retry-After.")] = 256,
+    encoder_threads: Annotated[int, typer.Option(min=0, max=256, envvar="MEMOS_ENCODER_THREADS",
+                                                 help="BLAS threads of one call of the local encoder (0: the cores other "
+                                                      "processes leave idle, as a script gets).")] = 1,
 ) -> None:
     """Serve a store over HTTP: the /v1 API (OpenAPI at /openapi.json) and the web view at /ui."""
     try:
@@ -62,6 +65,7 @@ def serve(
 
         choose_model(model)
     options = _options(storage_option)
+    _encoder_threads(encoder_threads)
     console.print(f"memos serve: {db} on http://{host}:{port} (web view /ui, API /v1, schema /openapi.json)"
                   + ("" if admin_key else "; no admin key: /admin and vault reveals are off"))
     if workers == 1:
@@ -81,6 +85,19 @@ def serve(
     # uvicorn's 5 s default restarts slow starters forever on a busy machine
     uvicorn.run("memos.serve.workers:app_from_env", factory=True, host=host, port=port, workers=workers, log_level=log_level,
                 timeout_worker_healthcheck=120)
+
+
+def _encoder_threads(threads: int) -> None:
+    """One BLAS thread an encode call by default: a server's parallelism is its concurrent requests
+    (and its worker processes), each encoding apart, and a second BLAS thread in every call spins
+    beside them. Side by side on 2 cores (docs/benchmarks.md, issue 37): 20 clients, server CPU an
+    operation 31-35 -> 21-22 ms; one client, write / search p95 48-71 / 45-56 -> 39-43 / 39-43 ms.
+    Set in the environment, which `memos.sentence_encoder.encode_threads` reads and spawned
+    workers inherit; 0 leaves it to the encoder (the cores other processes leave idle)."""
+    if threads:
+        os.environ["MEMOS_ENCODER_THREADS"] = str(threads)
+    else:
+        os.environ.pop("MEMOS_ENCODER_THREADS", None)
 
 
 @keys_app.command("create")
