@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+import pytest
 from memos.memtypes import Episode, Fact
 
 from memos import MemoryOS, Scope
 from memos.bench.serve import ServerProcess
 from memos.embeddings import TextEmbedder
 from memos.exceptions import DuplicateIdError
+from memos.group_commit import LINGER
 
 ANN, BOB = Scope("ann", "helper"), Scope("bob", "helper")
 
@@ -31,6 +33,8 @@ class Counting:
 
     inner: Any
     fail_on: str | None = None
+    delay: float = 0.0
+    """Seconds each documents call takes on top of the encoder's own."""
     documents: list[list[str]] = field(default_factory=list)
     queries: list[Any] = field(default_factory=list)
 
@@ -38,6 +42,7 @@ class Counting:
         if self.fail_on and any(self.fail_on in t for t in texts):
             raise RuntimeError("the embedding service refused a text")
         self.documents.append(list(texts))
+        await asyncio.sleep(self.delay)
         return await self.inner.embed_documents(texts)
 
     async def embed_query(self, text: Any) -> Any:
@@ -45,8 +50,8 @@ class Counting:
         return await self.inner.embed_query(text)
 
 
-def counting(real: TextEmbedder, fail_on: str | None = None) -> tuple[TextEmbedder, Counting]:
-    inner = Counting(real.embedder, fail_on)
+def counting(real: TextEmbedder, fail_on: str | None = None, delay: float = 0.0) -> tuple[TextEmbedder, Counting]:
+    inner = Counting(real.embedder, fail_on, delay)
     return TextEmbedder(real.name, real.dim, inner, batch_size=real.batch_size, requests=real.requests,
                         english_only=real.english_only), inner
 
@@ -69,6 +74,23 @@ async def test_concurrent_adds_share_one_embedding_call_and_one_commit_per_table
     hits = await asyncio.gather(*(mem.search(f"fact number {i}", ANN, k=3) for i in range(10)))
     assert all(hits) and 1 <= len(calls.queries) < 10  # concurrent queries embedded together
     assert sum(1 if isinstance(q, str) else len(q) for q in calls.queries) == 10
+
+
+async def test_the_wait_for_more_adds_lasts_a_commit_not_the_embedding_before_it(db_path, embedder):
+    """After a batch of several callers the next waits for more adds (`linger`) so that its commit
+    is bigger; the wait lasts what the batch took less its embedding: an encoder call outlasts a
+    commit, and waiting as long again only delayed every write."""
+    wrapped, calls = counting(embedder, delay=0.3)
+    mem = await MemoryOS.open(db_path, embedder=wrapped)
+    await asyncio.gather(*(mem.add(ANN, Fact(subject=f"slow {i}", summary=f"a slowly embedded fact {i}")) for i in range(3)))
+    group = mem.group
+    assert calls.documents and group.embedding_s >= 0.3
+    assert group.queue.linger == group.linger
+    assert group.linger(3, group.embedding_s + 0.04) == pytest.approx(0.04)  # the commit's time only
+    assert group.linger(3, group.embedding_s + 2.0) == LINGER and group.linger(1, group.embedding_s + 0.04) == 0
+    unembedded = await MemoryOS.open(db_path.parent / "plain", embedder=None)
+    await asyncio.gather(*(unembedded.add(ANN, Fact(subject=f"p {i}", summary=f"plain {i}")) for i in range(3)))
+    assert unembedded.group.embedding_s < 0.05  # nothing to embed: the wait is the whole batch's time, as before
 
 
 async def test_each_caller_is_acknowledged_in_its_own_scope_order_and_actor(db_path, embedder, clock):
