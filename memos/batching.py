@@ -90,6 +90,10 @@ class Admission:
         gate.inside += count
         return gate
 
+    def inside(self) -> int:
+        """Calls in progress now, on every loop."""
+        return sum(gate.inside for gate in list(self._gates.values()))
+
     async def leave(self, gate: _Gate, count: int = 1) -> None:
         gate.inside -= count
         async with gate.room:
@@ -140,6 +144,10 @@ class Coalescer(Generic[I, O]):
         """Batches run so far (all loops): fewer than the calls when calls were coalesced."""
         self.calls = 0
         """Calls submitted so far (all loops)."""
+        self.busy_s = 0.0
+        """Seconds its batches have run, summed (all loops)."""
+        self.waited_s = 0.0
+        """Seconds batches have waited for more callers (`linger`), summed (all loops)."""
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue[I, O]] = weakref.WeakKeyDictionary()
 
     async def submit(self, item: I) -> O:
@@ -166,6 +174,7 @@ class Coalescer(Generic[I, O]):
             last: tuple[int, float] | None = None
             while queue.waiting:
                 if last is not None and self.linger is not None and (wait := self.linger(*last)) > 0:
+                    self.waited_s += wait
                     await asyncio.sleep(wait)  # the callers that arrive meanwhile join this batch
                 taken, queue.waiting = queue.waiting[: self.limits().max_batch], queue.waiting[self.limits().max_batch :]
                 self.batches += 1
@@ -180,6 +189,7 @@ class Coalescer(Generic[I, O]):
                     raise
                 finally:
                     gate.seconds = time.monotonic() - started
+                    self.busy_s += gate.seconds
                     last = (len(taken), gate.seconds)
                 for (_, future), outcome in zip(taken, outcomes, strict=True):
                     if future.done():

@@ -105,6 +105,11 @@ class TextEmbedder:
     _in_flight: InFlight | None = field(default=None, init=False, repr=False, compare=False)
     _queries: Coalescer[str, list[float]] | None = field(default=None, init=False, repr=False, compare=False)
 
+    @property
+    def query_queue(self) -> Coalescer[str, list[float]] | None:
+        """The queue that embeds concurrent queries together (None before the first query)."""
+        return self._queries
+
     async def embed_query(self, text: str) -> list[float]:
         """The vector for a search query. Queries asked at the same time (concurrent searches)
         are embedded in one call (`memos.batching.Coalescer`)."""

@@ -92,6 +92,8 @@ class GroupCommit:
         """Its batches and calls are counted (`Coalescer.batches`, `.calls`)."""
         self.embedding_s = 0.0
         """Seconds the last batch spent embedding its texts."""
+        self.embedded_s = 0.0
+        """Seconds every batch so far spent embedding, summed (the rest of `queue.busy_s` is writing)."""
 
     def linger(self, callers: int, seconds: float) -> float:
         """The queue's wait for more adds after a batch of `callers` that took `seconds`: `linger`
@@ -115,6 +117,7 @@ class GroupCommit:
         started = time.monotonic()
         vectors = await self._embed(jobs, outcomes)
         self.embedding_s = time.monotonic() - started
+        self.embedded_s += self.embedding_s
         live = [index for index, outcome in enumerate(outcomes) if outcome is None]
         if live:
             await self._write([jobs[i] for i in live], vectors, live, outcomes)

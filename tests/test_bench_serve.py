@@ -17,6 +17,9 @@ async def test_a_tiny_curve_reports_each_run_and_every_acknowledged_write_is_the
         assert run["operations"] == run["clients"] * 3 and run["acknowledged"] == run["found"] == run["clients"] * 2
         assert run["errors"] == {} and run["lost"] == run["duplicated"] == 0 and run["throughput_ops_s"] > 0
         assert run["server_cpu_ms_per_op"] is not None and run["server_cpu_ms_per_op"] > 0  # a server spends CPU on requests
+        queues = run["server_queues"]  # from the server's GET /admin/stats, this run's share only
+        assert queues["add_calls"] == run["clients"] * 2 and 1 <= queues["add_batches"] <= queues["add_calls"]
+        assert queues["add_batch_ms"] > 0 and queues["query_batches"] == 0  # no embedder: no query is embedded
     assert [list(row) for row in report["table"]] == [list(CURVE_COLUMNS)] * 2
     assert report["lost"] == report["duplicated"] == 0
 
@@ -104,3 +107,20 @@ def test_the_clients_get_processes_of_their_own_only_on_a_machine_with_cores_to_
     assert [serve.load_processes(n) for n in (1, 4, 5, 12, 20, 100)] == [1, 1, 1, 2, 4, 4]
     monkeypatch.setattr(serve.os, "cpu_count", lambda: 2)
     assert serve.load_processes(100) == 1  # the servers need the cores
+
+
+def test_the_queue_summary_sums_the_servers_and_divides_by_batches():
+    from memos.bench.serve import queue_summary
+
+    def stats(calls, batches, busy, waited, embedding, queries=None):
+        return {"adds": {"calls": calls, "batches": batches, "pending": 0, "busy_s": busy, "waited_s": waited},
+                "adds_embedding_s": embedding, "query_embeddings": queries}
+
+    before = [stats(10, 5, 1.0, 0.1, 0.5), stats(0, 0, 0.0, 0.0, 0.0)]
+    after = [stats(40, 15, 2.0, 0.3, 1.1, {"calls": 30, "batches": 10, "pending": 0, "busy_s": 0.5, "waited_s": 0.0}),
+             stats(30, 10, 1.5, 0.2, 0.9)]
+    summary = queue_summary(before, after)
+    assert summary == {"add_calls": 60, "add_batches": 20, "callers_per_add_batch": 3.0, "add_batch_ms": 125.0,
+                       "add_embedding_ms": 75.0, "add_wait_ms": 20.0, "query_batches": 10, "queries_per_batch": 3.0,
+                       "query_batch_ms": 50.0}
+    assert queue_summary(before, [after[0], None]) is None and queue_summary([], []) is None

@@ -50,6 +50,32 @@ def assert_error(r, status: int, kind: str | None = None) -> dict:
     return body["error"]
 
 
+async def test_admin_stats_count_this_processs_add_and_query_queues(api):
+    """GET /admin/stats (admin key only): the process's add queue and query-embedding queue since it
+    started: calls, batches (concurrent calls coalesced), what is in progress, and where the adds'
+    batch time went (embedding, the rest writing)."""
+    import asyncio
+    import os
+
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    alice = await api.key("alice")
+    assert_error(await api.http.get("/admin/stats", headers=alice), 401, "unauthorized")
+    before = (await api.http.get("/admin/stats", headers=admin)).json()
+    written = await asyncio.gather(*(api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": f"Alice's fact number {i}"},
+                                                   headers=alice) for i in range(8)))
+    assert all(r.status_code == 201 for r in written)
+    found = await asyncio.gather(*(api.http.post("/v1/search", json={"query": f"fact number {i}", "k": 3}, headers=alice) for i in range(6)))
+    assert all(r.status_code == 200 and r.json()["hits"] for r in found)
+    after = (await api.http.get("/admin/stats", headers=admin)).json()
+    assert after["pid"] == os.getpid() and after["encoder_threads"] == os.environ.get("MEMOS_ENCODER_THREADS")
+    adds, was = after["adds"], before["adds"]
+    assert adds["calls"] - was["calls"] == 8 and 1 <= adds["batches"] - was["batches"] <= 8
+    assert adds["busy_s"] > was["busy_s"] and 0 < after["adds_embedding_s"] - before["adds_embedding_s"] <= adds["busy_s"] - was["busy_s"]
+    queries, asked = after["query_embeddings"], before["query_embeddings"] or {"calls": 0, "batches": 0}
+    assert queries["calls"] - asked["calls"] >= 6 and queries["batches"] - asked["batches"] >= 1
+    assert adds["pending"] == 0 and queries["pending"] == 0 and after["searches_pending"] == 0
+
+
 async def test_records_add_get_update_supersede_list_history_delete(api, clock):
     alice = await api.key("alice")
     r = await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "Alice lives in Lisbon"}, headers=alice)

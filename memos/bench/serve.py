@@ -10,7 +10,9 @@ the same write again, so a refusal that had stored something would show as a dup
 `run_serve_curve` runs every combination of client counts, embedders and server counts (one
 store and set of servers per embedder and server count, the client counts in increasing order
 on it) and makes a table of them. Counts and time are bounded: each run stops starting
-operations at its time limit.
+operations at its time limit. Each run also reports the servers' CPU per operation and what their
+queues did during it (`server_queues`, from each server's `GET /admin/stats`: add batches and
+their callers, a batch's time, of which embedding, and the wait for more callers before it).
 
 The clients themselves cost CPU (~2 ms an operation: HTTP and JSON in Python), so one process
 of them tops out near 400-500 operations a second, about what several server processes serve on
@@ -44,7 +46,7 @@ from typing import Any
 from ._stats import percentiles
 
 __all__ = ["CURVE_CLIENTS", "CURVE_COLUMNS", "CURVE_EMBEDDERS", "CURVE_SERVERS", "ServerProcess", "curve_table", "free_port",
-           "load_processes", "loopback_s3", "process_cpu_seconds", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve"]
+           "load_processes", "loopback_s3", "process_cpu_seconds", "queue_summary", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve"]
 
 USERS = 4
 CURVE_CLIENTS = (1, 5, 20, 50, 100)
@@ -131,6 +133,16 @@ class ServerProcess:
                         headers={"Authorization": f"Bearer {self.admin_key}"}, timeout=30)
         r.raise_for_status()
         return r.json()["token"]
+
+    def stats(self) -> dict[str, Any] | None:
+        """The server's queues (`GET /admin/stats`), or None where it does not answer them."""
+        import httpx2
+
+        try:
+            r = httpx2.get(self.url + "/admin/stats", headers={"Authorization": f"Bearer {self.admin_key}"}, timeout=30)
+        except httpx2.HTTPError:
+            return None
+        return r.json() if r.status_code == 200 else None
 
     def kill(self) -> None:
         """SIGKILL the server (a crash: nothing in flight finishes) and reap it."""
@@ -428,6 +440,40 @@ def _servers(count: int, embedder: str, *, s3: bool = False, path: Path | None =
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def queue_summary(before: list[dict[str, Any] | None], after: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """What the servers' queues did between two reads of their `/admin/stats`, summed over the
+    servers: add batches and their callers, where an add batch's time went (embedding, the rest
+    writing; the wait for more callers before it), query-embedding batches and their queries."""
+    pairs = [(a, b) for a, b in zip(after, before, strict=True) if a is not None and b is not None]
+    if not pairs or len(pairs) < len(after):
+        return None
+
+    def one(stats: dict[str, Any], key: str, field: str | None) -> float:
+        value = stats[key] if field is None else (stats[key] or {}).get(field, 0)
+        return float(value or 0)
+
+    def total(key: str, field: str | None = None) -> float:
+        return sum(one(a, key, field) - one(b, key, field) for a, b in pairs)
+
+    batches, calls, busy = total("adds", "batches"), total("adds", "calls"), total("adds", "busy_s")
+    query_batches, queries = total("query_embeddings", "batches"), total("query_embeddings", "calls")
+    return {
+        "add_calls": int(calls), "add_batches": int(batches), "callers_per_add_batch": round(calls / batches, 2) if batches else None,
+        "add_batch_ms": round(busy * 1000 / batches, 1) if batches else None,
+        "add_embedding_ms": round(total("adds_embedding_s") * 1000 / batches, 1) if batches else None,
+        "add_wait_ms": round(total("adds", "waited_s") * 1000 / batches, 1) if batches else None,
+        "query_batches": int(query_batches), "queries_per_batch": round(queries / query_batches, 2) if query_batches else None,
+        "query_batch_ms": round(total("query_embeddings", "busy_s") * 1000 / query_batches, 1) if query_batches else None,
+    }
+
+
+async def _load(procs: list[ServerProcess], tokens: dict[str, str], clients: int, writes: int, searches: int, **options: Any) -> dict[str, Any]:
+    """`run_load` on these servers, with their CPU and what their queues did meanwhile (`server_queues`)."""
+    before = [p.stats() for p in procs]
+    report = await run_load([p.url for p in procs], tokens, clients, writes, searches, server_pids=_pids(procs), **options)
+    return {**report, "server_queues": queue_summary(before, [p.stats() for p in procs])}
+
+
 def _pids(procs: list[ServerProcess]) -> list[int]:
     return [p.proc.pid for p in procs if p.proc is not None]
 
@@ -447,8 +493,7 @@ async def run_serve_bench(clients: int = 20, writes: int = 10, searches: int = 1
     with _servers(servers, embedder, s3=s3, path=path) as (procs, store):
         startup_s = time.perf_counter() - started
         tokens = await _keys(procs, "tenant")
-        report = await run_load([p.url for p in procs], tokens, clients, writes, searches, time_limit=time_limit,
-                                server_pids=_pids(procs), processes=load_processes)
+        report = await _load(procs, tokens, clients, writes, searches, time_limit=time_limit, processes=load_processes)
     return {**report, "store": store, "embedder": embedder, "server_startup_s": round(startup_s, 1)}
 
 
@@ -465,8 +510,8 @@ async def run_serve_curve(clients: tuple[int, ...] = CURVE_CLIENTS, embedders: t
                 startup_s = round(time.perf_counter() - started, 1)
                 for n, client_count in enumerate(sorted(clients)):
                     tokens = await _keys(procs, f"c{client_count}u")  # each run its own users: its reads see only its writes
-                    row = await run_load([p.url for p in procs], tokens, client_count, writes, searches, time_limit=time_limit,
-                                         tag=f"run{n}", server_pids=_pids(procs), processes=load_processes)
+                    row = await _load(procs, tokens, client_count, writes, searches, time_limit=time_limit, tag=f"run{n}",
+                                      processes=load_processes)
                     rows.append({"embedder": embedder, **row, "store": store, "server_startup_s": startup_s})
                     if progress is not None:
                         progress(rows[-1])

@@ -1,15 +1,18 @@
-"""Tenant management (`/admin`, admin key only): make, list and revoke API keys."""
+"""Tenant management (`/admin`, admin key only): make, list and revoke API keys; the process's queues."""
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from memos.batching import Coalescer
+
 from .deps import AdminDep
 from .errors import ApiError
-from .schemas import ERRORS, KeysOut, NewKeyOut, Revoked
+from .schemas import ERRORS, KeysOut, NewKeyOut, Revoked, StatsOut
 
 __all__ = ["router"]
 
@@ -45,3 +48,18 @@ async def revoke_key(state: AdminDep, key_id: str) -> dict[str, Any]:
     if not await state.tenants.revoke(key_id):
         raise ApiError(404, "unknown_key", f"no key {key_id!r}; GET /admin/keys lists them")
     return {"revoked": key_id}
+
+
+def _queue(queue: Coalescer[Any, Any]) -> dict[str, Any]:
+    return {"calls": queue.calls, "batches": queue.batches, "pending": queue.admission.inside(),
+            "busy_s": round(queue.busy_s, 3), "waited_s": round(queue.waited_s, 3)}
+
+
+@router.get("/stats", response_model=StatsOut, summary="This process's add and search queues since it started.")
+async def stats(state: AdminDep) -> dict[str, Any]:
+    memory, _ = await state.ready()
+    group = memory.group
+    queries = memory.embedder.query_queue if memory.embedder is not None else None
+    return {"pid": os.getpid(), "adds": _queue(group.queue), "adds_embedding_s": round(group.embedded_s, 3),
+            "searches_pending": memory.searches.inside(), "query_embeddings": _queue(queries) if queries is not None else None,
+            "encoder_threads": os.environ.get("MEMOS_ENCODER_THREADS")}

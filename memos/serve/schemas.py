@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "AuditEntryOut", "AuditOut", "BlockOut", "BlocksOut", "ChatOut", "ContextOut", "ContextSummary", "Deleted", "ERRORS", "ErrorDetail", "ErrorOut",
     "ExtractionRef", "ForgetOut", "GraphEdge", "GraphNode", "GraphOut", "HealthOut", "HistoryEntryOut", "HistoryOut", "HitOut",
-    "IngestOut", "JobOut", "JobsOut", "KeyOut", "KeysOut", "MessagesOut", "NewKeyOut", "PagedIn", "Produced", "RecordList", "RecordOut",
-    "RecordsOut", "Revealed", "Revoked", "SearchOut", "SessionOut", "SessionsOut", "StoreInfo", "StoresOut", "TimelineOut", "TurnOut",
+    "IngestOut", "JobOut", "JobsOut", "KeyOut", "KeysOut", "MessagesOut", "NewKeyOut", "PagedIn", "Produced", "QueueStatsOut", "RecordList", "RecordOut",
+    "RecordsOut", "Revealed", "Revoked", "SearchOut", "SessionOut", "SessionsOut", "StatsOut", "StoreInfo", "StoresOut", "TimelineOut", "TurnOut",
 ]
 
 
@@ -357,6 +357,27 @@ class Revoked(BaseModel):
     """The id of the key revoked."""
 
     revoked: str
+
+
+class QueueStatsOut(BaseModel):
+    """One coalescing queue of this process since it started (`memos.batching.Coalescer`)."""
+
+    calls: int = Field(description="Calls submitted.")
+    batches: int = Field(description="Batches run: calls / batches is the mean batch's callers.")
+    pending: int = Field(description="Calls waiting or running now.")
+    busy_s: float = Field(description="Seconds its batches have run, summed.")
+    waited_s: float = Field(description="Seconds batches waited for more callers, summed.")
+
+
+class StatsOut(BaseModel):
+    """This server process's queues (each worker of `--workers N` answers for itself)."""
+
+    pid: int
+    adds: QueueStatsOut = Field(description="Adds: embedded and committed together (`memos.group_commit`).")
+    adds_embedding_s: float = Field(description="Of the adds' `busy_s`, the seconds spent embedding; the rest is writing.")
+    searches_pending: int = Field(description="Searches in progress now.")
+    query_embeddings: QueueStatsOut | None = Field(description="Searches' queries embedded together; null before the first or without an embedder.")
+    encoder_threads: str | None = Field(description="BLAS threads an encode call (`--encoder-threads`); null: the encoder's own choice.")
 
 
 class HealthOut(BaseModel):
