@@ -76,6 +76,32 @@ async def test_admin_stats_count_this_processs_add_and_query_queues(api):
     assert adds["pending"] == 0 and queries["pending"] == 0 and after["searches_pending"] == 0
 
 
+async def test_a_served_app_gives_each_encode_call_one_blas_thread_unless_configured(mem, monkeypatch):
+    """An app from `create_app` (`memos.serve.run`, or any ASGI server) sets the encoder's threads
+    while it runs, as `memos serve` does: one a call by default, `MEMOS_ENCODER_THREADS` when set,
+    `ServeConfig.encoder_threads` over both (0: the encoder's own choice); the environment as it
+    was once the app stops."""
+    import os
+
+    from memos.sentence_encoder import encode_threads
+
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    seen = []
+    for threads, env in [(None, None), (3, None), (None, "2"), (0, "2"), (4, "2")]:
+        if env is None:
+            monkeypatch.delenv("MEMOS_ENCODER_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("MEMOS_ENCODER_THREADS", env)
+        app = create_app(ServeConfig(memory=mem, admin_key=ADMIN, encoder_threads=threads))
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memos") as http:
+                stats = (await http.get("/admin/stats", headers=admin)).json()
+            seen.append((stats["encoder_threads"], encode_threads()))
+        assert os.environ.get("MEMOS_ENCODER_THREADS") == env
+    assert seen[:3] == [("1", 1), ("3", 3), ("2", 2)] and seen[4] == ("4", 4)
+    assert seen[3][0] is None and 1 <= seen[3][1] <= (os.cpu_count() or 1)
+
+
 async def test_records_add_get_update_supersede_list_history_delete(api, clock):
     alice = await api.key("alice")
     r = await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "Alice lives in Lisbon"}, headers=alice)

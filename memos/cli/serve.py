@@ -72,7 +72,7 @@ def serve(
         from memos.serve import ServeConfig, run
 
         run(ServeConfig(uri=str(db), embedder=embedder_choice(embedder), admin_key=admin_key, model=model, extract=extract,
-                        storage_options=options, max_pending=max_pending), host=host, port=port, log_level=log_level)
+                        storage_options=options, max_pending=max_pending, encoder_threads=encoder_threads), host=host, port=port, log_level=log_level)
         return
     # several processes: uvicorn spawns each worker, which builds its app from the environment
     os.environ.update({"MEMOS_SERVE_DB": str(db), "MEMOS_SERVE_EMBEDDER": embedder, "MEMOS_SERVE_MODEL": model or "",

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -84,12 +85,37 @@ DRAIN_SECONDS = 30.0
 """How long a stopping server waits for running extraction jobs (the rest are recorded as failed)."""
 
 
+ENCODER_THREADS = "MEMOS_ENCODER_THREADS"
+
+
+@contextlib.contextmanager
+def _encoder_threads(threads: int | None) -> Iterator[None]:
+    """`ServeConfig.encoder_threads` in the environment, which `memos.sentence_encoder.encode_threads`
+    reads on every call, while the app runs; what was there before, after."""
+    before = os.environ.get(ENCODER_THREADS)
+    if threads is None and before is not None:  # the environment says
+        yield
+        return
+    if threads is None or threads:
+        os.environ[ENCODER_THREADS] = str(threads or 1)
+    else:
+        os.environ.pop(ENCODER_THREADS, None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENCODER_THREADS, None)
+        else:
+            os.environ[ENCODER_THREADS] = before
+
+
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    async with app.state.mcp.running(app):
-        yield
-        state: ServerState = app.state.memos
-        await state.extractions.drain(DRAIN_SECONDS)
+    state: ServerState = app.state.memos
+    with _encoder_threads(state.config.encoder_threads):
+        async with app.state.mcp.running(app):
+            yield
+            await state.extractions.drain(DRAIN_SECONDS)
 
 
 def create_app(config: ServeConfig | None = None) -> FastAPI:

@@ -63,6 +63,11 @@ class ServeConfig:
     max_pending: int = MAX_PENDING
     """Adds, and searches, that may wait at once; a request past that is answered 503 with a
     Retry-After header, nothing of it taken (`memos.batching.QueueLimits`)."""
+    encoder_threads: int | None = None
+    """BLAS threads of one call of the local encoder while the app runs (its lifespan sets
+    `MEMOS_ENCODER_THREADS` and restores it after): None, `MEMOS_ENCODER_THREADS` if set, else 1
+    (a server's parallelism is its concurrent requests, each encoding apart); 0, the encoder's own
+    per-call choice (the cores other processes leave idle)."""
 
 
 @dataclass
