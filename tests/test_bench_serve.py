@@ -112,15 +112,16 @@ def test_the_clients_get_processes_of_their_own_only_on_a_machine_with_cores_to_
 def test_the_queue_summary_sums_the_servers_and_divides_by_batches():
     from memos.bench.serve import queue_summary
 
-    def stats(calls, batches, busy, waited, embedding, queries=None):
+    def stats(calls, batches, busy, waited, embedding, queries=None, retries=None):
         return {"adds": {"calls": calls, "batches": batches, "pending": 0, "busy_s": busy, "waited_s": waited},
-                "adds_embedding_s": embedding, "query_embeddings": queries}
+                "adds_embedding_s": embedding, "query_embeddings": queries, "store_retries": retries}
 
-    before = [stats(10, 5, 1.0, 0.1, 0.5), stats(0, 0, 0.0, 0.0, 0.0)]
-    after = [stats(40, 15, 2.0, 0.3, 1.1, {"calls": 30, "batches": 10, "pending": 0, "busy_s": 0.5, "waited_s": 0.0}),
-             stats(30, 10, 1.5, 0.2, 0.9)]
+    before = [stats(10, 5, 1.0, 0.1, 0.5, retries={"conflicts": 2, "purged": 0, "slept_s": 0.05}), stats(0, 0, 0.0, 0.0, 0.0)]
+    after = [stats(40, 15, 2.0, 0.3, 1.1, {"calls": 30, "batches": 10, "pending": 0, "busy_s": 0.5, "waited_s": 0.0},
+                   {"conflicts": 5, "purged": 1, "slept_s": 0.3}),
+             stats(30, 10, 1.5, 0.2, 0.9, retries={"conflicts": 1, "purged": 0, "slept_s": 0.02})]
     summary = queue_summary(before, after)
     assert summary == {"add_calls": 60, "add_batches": 20, "callers_per_add_batch": 3.0, "add_batch_ms": 125.0,
                        "add_embedding_ms": 75.0, "add_wait_ms": 20.0, "query_batches": 10, "queries_per_batch": 3.0,
-                       "query_batch_ms": 50.0}
+                       "query_batch_ms": 50.0, "commit_conflicts": 4, "purged_reads": 1, "retry_sleep_s": 0.27}
     assert queue_summary(before, [after[0], None]) is None and queue_summary([], []) is None

@@ -443,7 +443,8 @@ def _servers(count: int, embedder: str, *, s3: bool = False, path: Path | None =
 def queue_summary(before: list[dict[str, Any] | None], after: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     """What the servers' queues did between two reads of their `/admin/stats`, summed over the
     servers: add batches and their callers, where an add batch's time went (embedding, the rest
-    writing; the wait for more callers before it), query-embedding batches and their queries."""
+    writing; the wait for more callers before it), query-embedding batches and their queries, and
+    the LanceDB calls the servers tried again (commits that met another writer's)."""
     pairs = [(a, b) for a, b in zip(after, before, strict=True) if a is not None and b is not None]
     if not pairs or len(pairs) < len(after):
         return None
@@ -464,6 +465,8 @@ def queue_summary(before: list[dict[str, Any] | None], after: list[dict[str, Any
         "add_wait_ms": round(total("adds", "waited_s") * 1000 / batches, 1) if batches else None,
         "query_batches": int(query_batches), "queries_per_batch": round(queries / query_batches, 2) if query_batches else None,
         "query_batch_ms": round(total("query_embeddings", "busy_s") * 1000 / query_batches, 1) if query_batches else None,
+        "commit_conflicts": int(total("store_retries", "conflicts")), "purged_reads": int(total("store_retries", "purged")),
+        "retry_sleep_s": round(total("store_retries", "slept_s"), 3),
     }
 
 

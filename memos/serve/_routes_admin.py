@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Annotated, Any, Literal
 
@@ -62,4 +63,5 @@ async def stats(state: AdminDep) -> dict[str, Any]:
     queries = memory.embedder.query_queue if memory.embedder is not None else None
     return {"pid": os.getpid(), "adds": _queue(group.queue), "adds_embedding_s": round(group.embedded_s, 3),
             "searches_pending": memory.searches.inside(), "query_embeddings": _queue(queries) if queries is not None else None,
-            "encoder_threads": os.environ.get("MEMOS_ENCODER_THREADS")}
+            "encoder_threads": os.environ.get("MEMOS_ENCODER_THREADS"),
+            "store_retries": dataclasses.asdict(retries) if (retries := getattr(memory.storage, "retries", None)) is not None else None}

@@ -16,7 +16,7 @@ __all__ = [
     "AuditEntryOut", "AuditOut", "BlockOut", "BlocksOut", "ChatOut", "ContextOut", "ContextSummary", "Deleted", "ERRORS", "ErrorDetail", "ErrorOut",
     "ExtractionRef", "ForgetOut", "GraphEdge", "GraphNode", "GraphOut", "HealthOut", "HistoryEntryOut", "HistoryOut", "HitOut",
     "IngestOut", "JobOut", "JobsOut", "KeyOut", "KeysOut", "MessagesOut", "NewKeyOut", "PagedIn", "Produced", "QueueStatsOut", "RecordList", "RecordOut",
-    "RecordsOut", "Revealed", "Revoked", "SearchOut", "SessionOut", "SessionsOut", "StatsOut", "StoreInfo", "StoresOut", "TimelineOut", "TurnOut",
+    "RecordsOut", "RetriesOut", "Revealed", "Revoked", "SearchOut", "SessionOut", "SessionsOut", "StatsOut", "StoreInfo", "StoresOut", "TimelineOut", "TurnOut",
 ]
 
 
@@ -369,6 +369,14 @@ class QueueStatsOut(BaseModel):
     waited_s: float = Field(description="Seconds batches waited for more callers, summed.")
 
 
+class RetriesOut(BaseModel):
+    """LanceDB calls tried again: what several processes writing one store cost each other."""
+
+    conflicts: int = Field(description="Commits that met another writer's and were tried again.")
+    purged: int = Field(description="Reads of a table version a purge had removed, read again at the latest.")
+    slept_s: float = Field(description="Seconds slept before those tries.")
+
+
 class StatsOut(BaseModel):
     """This server process's queues (each worker of `--workers N` answers for itself)."""
 
@@ -378,6 +386,7 @@ class StatsOut(BaseModel):
     searches_pending: int = Field(description="Searches in progress now.")
     query_embeddings: QueueStatsOut | None = Field(description="Searches' queries embedded together; null before the first or without an embedder.")
     encoder_threads: str | None = Field(description="BLAS threads an encode call (`--encoder-threads`); null: the encoder's own choice.")
+    store_retries: RetriesOut | None = Field(description="LanceDB calls of this process tried again since the store opened; null: a store that does not count them.")
 
 
 class HealthOut(BaseModel):

@@ -9,11 +9,12 @@ import logging
 import random
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from memos.exceptions import StoreFullError, StoreUnavailableError
 
-__all__ = ["brief", "is_conflict", "is_gone", "journal_error", "retry_conflicts", "retrying", "storage_error"]
+__all__ = ["Retries", "brief", "is_conflict", "is_gone", "journal_error", "retry_conflicts", "retrying", "storage_error"]
 
 T = TypeVar("T")
 log = logging.getLogger("memos.store.lancedb.errors")
@@ -75,9 +76,23 @@ def journal_error(exc: OSError, uri: str) -> BaseException:
     return error if error is not exc else StoreUnavailableError(f"memos cannot write the journal of the store {uri}: {exc}")
 
 
-async def retrying(table: Any, op: Callable[[], Awaitable[T]], attempts: int, uri: str) -> T:
+@dataclass
+class Retries:
+    """The LanceDB calls of one open store that were tried again since it opened: commits that met
+    another writer's (LanceDB merges concurrent appends itself; these are what it gave back) and
+    reads of a version a purge had removed, and the seconds slept before trying again. What
+    several processes writing one store (`memos serve --workers N`) cost each other."""
+
+    conflicts: int = 0
+    purged: int = 0
+    slept_s: float = 0.0
+
+
+async def retrying(table: Any, op: Callable[[], Awaitable[T]], attempts: int, uri: str, tally: Retries | None = None) -> T:
     """Run one LanceDB call on `table`: commit conflicts are retried with jittered backoff, a handle
-    whose version a purge removed moves to the latest, and storage failures become memos errors."""
+    whose version a purge removed moves to the latest, and storage failures become memos errors;
+    each try again is counted in `tally`."""
+    tally = tally if tally is not None else Retries()
     for attempt in range(attempts):
         try:
             return await op()
@@ -91,5 +106,9 @@ async def retrying(table: Any, op: Callable[[], Awaitable[T]], attempts: int, ur
             if gone:
                 log.debug("a version under %s was purged; reading the latest (%s)", uri, exc)
                 await table.checkout_latest()
-            await asyncio.sleep(min(1.0, 0.01 * 2**attempt) * (0.5 + random.random()))
+            tally.purged += gone
+            tally.conflicts += conflict and not gone
+            pause = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
+            tally.slept_s += pause
+            await asyncio.sleep(pause)
     raise AssertionError("unreachable")

@@ -33,7 +33,7 @@ from memos.time_bounds import EARLIEST
 
 from .compaction import HISTORY_COMPACT_EVERY, Compaction
 from .elsewhere import await_journaled, settle_journaled
-from .errors import journal_error, retry_conflicts, retrying
+from .errors import Retries, journal_error, retry_conflicts, retrying
 from .holding import hold_rows
 from .journal import Journal
 from .lease import StoreLease, local_path
@@ -110,6 +110,8 @@ class Storage:
         self.lease = StoreLease.for_uri(uri)
         self.reads = ReadCache()
         """Reads remembered at table versions; every write below reports its version to it."""
+        self.retries = Retries()
+        """LanceDB calls tried again (commit conflicts, purged versions) since the store opened."""
         self.search = SearchIndex(self, [])
         """The shared search table of the default stores, mirrored on every write (`memos.store.lancedb.search_index`)."""
         root = local_path(uri)
@@ -130,7 +132,7 @@ class Storage:
         return await self._retrying(table, op, attempts)
 
     async def _retrying(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int) -> T:
-        return await retrying(table, op, attempts, self.uri)
+        return await retrying(table, op, attempts, self.uri, self.retries)
 
     async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0) -> T:
         """A write to a table that is no memory type's own (the shared search table), counted
