@@ -173,3 +173,44 @@ async def test_tables_are_rewritten_one_at_a_time(tmp_path):
     assert sum([await memory.storage.count(name) for name in memory.type_names]) == 3_000
     hits = await memory.search(records[0].index_text(), SCOPE, k=3)
     assert any(hit.record.id == records[0].id for hit in hits)
+
+
+async def test_processes_of_one_store_take_turns_to_optimize_a_table(tmp_path):
+    """Another process optimizing the table (its turn held: the lock file beside the tables) makes
+    an automatic optimize skip its turn instead of meeting it as a commit conflict and redoing the
+    rewrite; the commits it left are folded in at the next commit after the gap. An explicit
+    optimize waits for the turn instead."""
+    import fcntl
+    import os
+
+    from memos.store.lancedb.compaction import TURN_FILE
+
+    memory, timer = await open_store(tmp_path)
+    memory.storage.behind.journal = None  # each add commits its own rows
+    table = memory.storage.type_table("episodic").table
+    other = os.open(tmp_path / "db" / TURN_FILE.format(table.name), os.O_RDWR | os.O_CREAT)  # another process's hold
+    fcntl.flock(other, fcntl.LOCK_EX)
+    for n in range(25):
+        await memory.add(SCOPE, Episode(actor="ann", summary=f"turn {n} about tea"), actor="test")
+    await memory.storage.settle()
+    assert await fragments(memory) == 25 and memory.storage.compaction.skipped == 1  # its turn skipped, nothing rewritten
+    explicit = asyncio.create_task(memory.storage.compaction.optimize(table))
+    await asyncio.sleep(0.3)
+    assert not explicit.done() and await fragments(memory) == 25  # waits for the turn
+    os.close(other)  # the other process is done
+    await explicit
+    assert await fragments(memory) == 1
+    timer.now += 5  # the explicit optimize rested
+    fcntl.flock(other := os.open(tmp_path / "db" / TURN_FILE.format(table.name), os.O_RDWR), fcntl.LOCK_EX)
+    for n in range(25, 50):
+        await memory.add(SCOPE, Episode(actor="ann", summary=f"turn {n} about tea"), actor="test")
+    await memory.storage.settle()
+    assert await fragments(memory) == 26 and memory.storage.compaction.skipped == 2
+    os.close(other)
+    timer.now += 5  # past the gap: the next commit folds in what the skipped turn left
+    await memory.add(SCOPE, Episode(actor="ann", summary="turn 50 about tea"), actor="test")
+    await memory.storage.settle()
+    assert await fragments(memory) <= 2 and memory.storage.retries.conflicts == 0
+    assert await memory.storage.count("episodic") == 51
+    hits = await memory.search("turn 44 about tea", SCOPE, k=3)
+    assert hits and hits[0].record.summary == "turn 44 about tea"

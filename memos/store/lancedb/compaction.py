@@ -4,7 +4,11 @@ Each commit adds a data fragment and a version whose manifest lists every fragme
 uncompacted table grows on disk and slows down (rows not yet in the full-text index are scanned
 per query). An optimize costs in proportion to the table, though: it rewrites fragments and
 merges indexes whole. `Compaction` decides when one is due and runs it in the background, off
-the write path, one per table at a time and one rewrite per store at a time.
+the write path, one per table at a time and one rewrite per store at a time. Several processes
+writing one local store (`memos serve --workers N`) take turns per table: an automatic optimize
+that finds another process's optimize of the table running skips its turn, since that one folds
+in every commit before it (`_OptimizeTurn`, a lock file beside the tables); before, the two rewrites met as commit conflicts and
+one of them was redone.
 
 Benchmark figures behind each constant are in docs/benchmarks.md (compaction policy).
 """
@@ -13,12 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from memos._sync import best_effort, exiting
@@ -104,14 +111,61 @@ class _Schedule:
     hooks: list[weakref.WeakMethod[Callable[[], Awaitable[None]]]] = field(default_factory=list)
 
 
+TURN_FILE = ".memos-optimize-{}"
+"""The lock file, beside the tables, that the processes of one local store take turns on to
+optimize a table (an empty file; `flock`)."""
+TURN_POLL = 0.05
+"""Seconds between two looks at a busy turn by an optimize that waits for it."""
+
+
+class _OptimizeTurn:
+    """One table's optimize turn among the processes of the local store at `root` (always this
+    process's for an object-storage store, which has none). Held from `take` to `release`."""
+
+    def __init__(self, root: Path | None, table: str) -> None:
+        self.path = None if root is None else root / TURN_FILE.format(table)
+        self._fd: int | None = None
+
+    async def take(self, wait: bool) -> bool:
+        """Whether the turn is now this process's: at once, or (`wait`) once the process holding it
+        is done; polled, so a cancelled wait leaves nothing held."""
+        if self.path is None:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if wait:
+                    try:
+                        await asyncio.sleep(TURN_POLL)
+                    except BaseException:
+                        os.close(fd)
+                        raise
+                    continue
+                os.close(fd)
+                return False
+            self._fd = fd
+            return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the file releases its lock
+            self._fd = None
+
+
 class Compaction:
     """Counts each table's commits and optimizes it in the background when due.
 
     `write` runs one write the way the store does (lease, conflict retries); the optimize goes
-    through it like any other write."""
+    through it like any other write. `root` is a local store's directory, where its processes
+    take turns to optimize a table (None: an object-storage store, no turns)."""
 
-    def __init__(self, write: Callable[[Any, Callable[[], Awaitable[Any]]], Awaitable[Any]]) -> None:
+    def __init__(self, write: Callable[[Any, Callable[[], Awaitable[Any]]], Awaitable[Any]], root: Path | None = None) -> None:
         self._write = write
+        self.root = root
+        self.skipped = 0
+        """Automatic optimizes skipped because another process was optimizing the table."""
         self._tables: dict[str, _Schedule] = {}
         self._rewrite_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self.timer: Callable[[], float] = time.monotonic
@@ -187,17 +241,26 @@ class Compaction:
             with contextlib.suppress(RuntimeError):
                 await asyncio.to_thread(release_free_memory)
 
-    async def _optimize(self, table: Any, state: _Schedule) -> None:
+    async def _optimize(self, table: Any, state: _Schedule, wait: bool = False) -> None:
         async with self.rewriting():  # its duration below is its own, not the wait for the slot
-            started = self.timer()
+            turn = _OptimizeTurn(self.root, table.name)
+            if not await turn.take(wait):
+                self.skipped += 1  # another process optimizes the table now, most of these commits included
+                state.commits += MAX_COMMITS  # the rest: due again after the gap (or once writes pause)
+                state.resting_until = self.timer() + COMPACT_GAP
+                return
             try:
-                await self._write(table, lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
-                state.sized = await table.count_rows()
-            except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the writes have committed
-                state.commits += MAX_COMMITS  # due again at the next commit
-                log.warning("automatic compaction of %s skipped (%s); the next one or the maintenance job does it",
-                            table.name, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
-            ended = self.timer()
+                started = self.timer()
+                try:
+                    await self._write(table, lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
+                    state.sized = await table.count_rows()
+                except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the writes have committed
+                    state.commits += MAX_COMMITS  # due again at the next commit
+                    log.warning("automatic compaction of %s skipped (%s); the next one or the maintenance job does it",
+                                table.name, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+                ended = self.timer()
+            finally:
+                turn.release()
         duty = SEARCHED_COMPACT_DUTY if state.searched else COMPACT_DUTY
         state.resting_until = ended + max(COMPACT_GAP, duty * (ended - started))
         if state.searched:
@@ -211,8 +274,9 @@ class Compaction:
                     log.debug("a read after optimizing %s skipped (%s)", table.name, exc)
 
     async def optimize(self, table: Any) -> None:
-        """Optimize `table` now, as an automatic optimize does (its prewarm and hooks included)."""
-        await self._optimize(table, self._of(table))
+        """Optimize `table` now, as an automatic optimize does (its prewarm and hooks included),
+        after another process's optimize of it if one is running."""
+        await self._optimize(table, self._of(table), wait=True)
 
     def after_optimize(self, table: Any, hook: Callable[[], Awaitable[None]]) -> None:
         """Run `hook`, a bound method held weakly, once the table's next automatic optimize in this

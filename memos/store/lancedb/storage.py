@@ -101,7 +101,7 @@ class Storage:
         self.dim = dim
         self.embedder_name = embedder_name
         self.tables: dict[str, TypeTable] = {}
-        self.compaction = Compaction(self.write)
+        self.compaction = Compaction(self.write, local_path(uri))
         """When each table is optimized (`memos.store.lancedb.compaction`)."""
         self.purge = Purge(self, self._retrying)
         """Old table versions dropped, now or deferred (`memos.store.lancedb.purge`)."""
