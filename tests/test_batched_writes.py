@@ -57,9 +57,9 @@ def count_commits(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     commits: Counter[str] = Counter()
     write = Storage.write
 
-    async def counted(self: Storage, table: Any, op: Any, attempts: int = 12) -> Any:
+    async def counted(self: Storage, table: Any, op: Any, attempts: int = 12, **counting: Any) -> Any:
         commits[table.name.split("_g")[0]] += 1
-        return await write(self, table, op, attempts)
+        return await write(self, table, op, attempts, **counting)
 
     monkeypatch.setattr(Storage, "write", counted)
     return commits

@@ -1,8 +1,9 @@
 """Which tables hold rows, as far as one process knows: what lets a search skip empty stores.
 
 A table once seen with rows (counted, or written by this process) is taken to have them
-(searching a table emptied since is harmless); one counted empty stays empty for the store's
-read-consistency interval, then is counted again, since another process may have written it.
+(searching a table emptied since is harmless); one counted empty stays empty until another
+process commits to the store (its epoch, `memos.store.lancedb.commits`), or, for a store without that counter
+(object storage), for the store's read-consistency interval, then is counted again.
 Concurrent searches that find a table's answer stale share one count instead of each reading
 the table (every search of a busy server asks about every store at once).
 """
@@ -11,19 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Protocol
 
-__all__ = ["RowPresence"]
+from .commits import rows_of
+from .errors import retrying
+
+__all__ = ["RowPresence", "store_epochs", "stored_rows"]
 
 
 class RowPresence:
     """What one open store knows about its tables' emptiness (see the module docstring)."""
 
-    def __init__(self, consistency: float) -> None:
+    def __init__(self, consistency: float, epoch: Callable[[str], Hashable] | None = None) -> None:
         self.consistency = consistency
-        """Seconds a table counted empty is taken to stay empty."""
+        """Seconds a table counted empty is taken to stay empty (without `epoch`)."""
+        self.epoch = epoch
+        """A table's epoch: moves on when another process has written it (None: not known)."""
         self._nonempty: set[str] = set()
-        self._empty_at: dict[str, float] = {}  # table -> when it was last counted empty (monotonic)
+        self._empty_at: dict[str, tuple[float, Hashable]] = {}  # table -> when it was last counted empty (monotonic; epoch)
         self._counting: dict[str, asyncio.Task[int]] = {}
 
     def known(self, name: str) -> bool | None:
@@ -31,9 +38,11 @@ class RowPresence:
         if name in self._nonempty:
             return True
         seen = self._empty_at.get(name)
-        if seen is not None and time.monotonic() - seen <= self.consistency:
-            return False
-        return None
+        if seen is None:
+            return None
+        if self.epoch is not None:
+            return False if self.epoch(name) == seen[1] else None
+        return False if time.monotonic() - seen[0] <= self.consistency else None
 
     def added(self, name: str) -> None:
         """Rows were written to `name` (by this process)."""
@@ -51,6 +60,7 @@ class RowPresence:
         return await asyncio.shield(task) > 0  # a cancelled caller leaves the count to the others
 
     async def _count(self, name: str, count: Callable[[], Awaitable[int]]) -> int:
+        epoch = self.epoch(name) if self.epoch is not None else 0  # before the count: a commit landing meanwhile makes it count again
         try:
             rows = await count()
         finally:
@@ -58,5 +68,32 @@ class RowPresence:
         if rows > 0:
             self._nonempty.add(name)
         else:
-            self._empty_at[name] = time.monotonic()
+            self._empty_at[name] = (time.monotonic(), epoch)
         return rows
+
+
+class _Store(Protocol):
+    """What counting a store's rows uses of `memos.store.lancedb.storage.Storage`."""
+
+    uri: str
+    tables: dict[str, Any]
+    behind: Any
+    commits: Any
+    retries: Any
+
+
+async def stored_rows(storage: _Store, memory_type: str) -> int:
+    """A store's rows, counting those another process has acknowledged and not yet written to its
+    table (journaled: `memos.store.lancedb.journal`); this process's own queued rows are not
+    counted, nor written first as a read would (`RowPresence.added` knows them). The journals are
+    read before the table is counted: rows that leave a journal meanwhile were written to it first."""
+    table = storage.tables[memory_type].table
+    waiting = await asyncio.to_thread(storage.behind.waiting) if storage.behind.journaled else {}
+    await storage.commits.catch_up(table)
+    return await retrying(table, lambda: table.count_rows(), 4, storage.uri, storage.retries) + len(waiting.get(memory_type, ()))
+
+
+def store_epochs(storage: _Store, memory_type: str) -> tuple[int, int]:
+    """What a store counted empty stays empty while it does not move: the epochs of its table and
+    of its rows in the shared search table (`memos.store.lancedb.commits`)."""
+    return storage.commits.epoch(storage.tables[memory_type].table.name), storage.commits.epoch(rows_of(memory_type))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -63,7 +63,7 @@ class _Store(Protocol):
     async def set_meta(self, key: str, value: str) -> None: ...
     async def read(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 4) -> T: ...
     async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12) -> T: ...
-    async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0) -> T: ...
+    async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0, rows_of: Collection[str] = ()) -> T: ...
     async def rows(self, memory_type: str, where: str | None, limit: int | None = None,
                    columns: list[str] | None = None) -> list[dict[str, Any]]: ...
 
@@ -314,18 +314,19 @@ class SearchIndex:
         if pending is not None and self.table is not None:
             pending.extend(data)
             return
-        await self.mirror(lambda: self.table.add(data), len(rows))
+        await self.mirror(lambda: self.table.add(data), len(rows), [memory_type])
 
     async def append(self, rows: Sequence[dict[str, Any]]) -> None:
         """Add shared rows (`project`) in one commit (a failure marks the table behind; never raises)."""
         if rows:
-            await self.mirror(lambda: self.table.add(arrow_table(list(rows), self.schema())), len(rows))
+            await self.mirror(lambda: self.table.add(arrow_table(list(rows), self.schema())), len(rows),
+                              {row["memory_type"] for row in rows})
 
     async def upserted(self, memory_type: str, rows: Sequence[dict[str, Any]]) -> None:
         """Typed rows just written by id (inserted or replaced)."""
         data = self.project(memory_type, rows)
         await self.mirror(lambda: self.table.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(data),
-                           len(rows))
+                           len(rows), [memory_type])
 
     async def synced(self, memory_type: str, ids: Sequence[str]) -> None:
         """Make these ids here what the typed table holds now (written, or removed if gone)."""
@@ -348,12 +349,13 @@ class SearchIndex:
             keys = sql_in("key", [f"{memory_type}:{i}" for i in ids[start : start + _CHUNK]])
             await self.mirror(lambda keys=keys: self.table.delete(keys), 0)
 
-    async def mirror(self, op: Any, rows: int) -> None:
-        """Run one write on the shared table after the typed write committed; a failure marks it behind."""
+    async def mirror(self, op: Any, rows: int, types: Collection[str] = ()) -> None:
+        """Run one write on the shared table after the typed write committed, adding rows of
+        `types`; a failure marks it behind."""
         if self.table is None:
             return
         try:
-            await self.storage.commit(self.table, op, rows)
+            await self.storage.commit(self.table, op, rows, rows_of=types)
         except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the typed write has committed
             self.behind = True
             log.warning("the shared search table missed a write (%s); searches use each store's own queries until it "

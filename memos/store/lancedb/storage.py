@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -31,13 +31,15 @@ from memos.store.schema import VECTOR_COLUMN, arrow_rows, arrow_schema, arrow_ta
 from memos.store.scope import sql_in, sql_string
 from memos.time_bounds import EARLIEST
 
+from .commits import CommitCounter
+from .commits import rows_of as counted_rows
 from .compaction import HISTORY_COMPACT_EVERY, Compaction
 from .elsewhere import await_journaled, settle_journaled
 from .errors import Retries, journal_error, retry_conflicts, retrying
 from .holding import hold_rows
 from .journal import Journal
 from .lease import StoreLease, local_path
-from .presence import RowPresence
+from .presence import RowPresence, store_epochs, stored_rows
 from .purge import PURGE_WAIT, Purge
 from .search_index import SearchIndex
 from .text_index import text_index
@@ -105,8 +107,6 @@ class Storage:
         """When each table is optimized (`memos.store.lancedb.compaction`)."""
         self.purge = Purge(self, self._retrying)
         """Old table versions dropped, now or deferred (`memos.store.lancedb.purge`)."""
-        self.presence = RowPresence(READ_CONSISTENCY.total_seconds())
-        """Which tables hold rows, as far as this process knows (`memos.store.lancedb.presence`)."""
         self.lease = StoreLease.for_uri(uri)
         self.reads = ReadCache()
         """Reads remembered at table versions; every write below reports its version to it."""
@@ -115,29 +115,39 @@ class Storage:
         self.search = SearchIndex(self, [])
         """The shared search table of the default stores, mirrored on every write (`memos.store.lancedb.search_index`)."""
         root = local_path(uri)
+        self.commits = CommitCounter(root)
+        """Commits of every process of a local store, counted: a read finds what another process
+        acknowledged a moment ago (`memos.store.lancedb.commits`)."""
+        self.presence = RowPresence(READ_CONSISTENCY.total_seconds(), functools.partial(store_epochs, self) if root is not None else None)
+        """Which tables hold rows, as far as this process knows (`memos.store.lancedb.presence`)."""
         self.behind = WriteBehind(self, Journal(root) if root is not None else None)
         """A chat turn's rows, journaled and written in batches (`memos.store.lancedb.write_behind`, `memos.store.lancedb.journal`)."""
 
-    async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12) -> T:
+    async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12, rows_of: Collection[str] = ()) -> T:
         """Run one LanceDB write holding the purge lease shared (`memos.store.lancedb.lease`), retried
-        as `errors.retrying` does."""
+        as `errors.retrying` does; then count it for other processes (`commits`): the table's
+        commit, and for a write of the shared search table the memory types `rows_of` it added."""
         await self.behind.barrier(table, read=False)
         async with self.lease.shared():
-            return await self._retrying(table, op, attempts)
+            result = await self._retrying(table, op, attempts)
+        self.commits.committed([table.name, *map(counted_rows, rows_of)])
+        return result
 
     async def read(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 4) -> T:
         """Run one LanceDB read; a version removed under it by a purge is re-read at the latest.
-        Rows queued for the table (`behind`) are written first."""
+        Rows queued for the table (`behind`) are written first; the handle moves to the latest
+        version first if any process has committed since it last did (`commits`)."""
         await self.behind.barrier(table, read=True)
+        await self.commits.catch_up(table)
         return await self._retrying(table, op, attempts)
 
     async def _retrying(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int) -> T:
         return await retrying(table, op, attempts, self.uri, self.retries)
 
-    async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0) -> T:
+    async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0, rows_of: Collection[str] = ()) -> T:
         """A write to a table that is no memory type's own (the shared search table), counted
         toward its automatic compaction like the stores' writes (`Compaction.committed`)."""
-        result = await self.write(table, op)
+        result = await self.write(table, op, rows_of=rows_of)
         await self.compaction.committed(table, rows)
         return result
 
@@ -179,16 +189,14 @@ class Storage:
         return self.tables[memory_type]
 
     def known_rows(self, memory_type: str) -> bool | None:
-        """What `has_rows` would answer without reading the table, or None if it must read: a
-        table once seen with rows is taken to have them (searching a table emptied since is
-        harmless); one seen empty stays empty for `READ_CONSISTENCY`."""
+        """What `has_rows` would answer without reading the table, or None if it must read
+        (`memos.store.lancedb.presence`)."""
         return self.presence.known(memory_type)
 
     async def has_rows(self, memory_type: str) -> bool:
         """Whether a table has rows (`known_rows`, else one count, shared by concurrent callers),
         so searches skip empty tables instead of querying them."""
-        table = self.tables[memory_type].table
-        return await self.presence.has_rows(memory_type, lambda: self.read(table, lambda: table.count_rows()))
+        return await self.presence.has_rows(memory_type, functools.partial(stored_rows, self, memory_type))
 
     async def add_rows(self, memory_type: str, rows: list[dict[str, Any]], *, shared_by_key: bool = False) -> None:
         """Commit new rows and mirror them to the shared table; `shared_by_key`: written there by

@@ -1,0 +1,65 @@
+"""The commit counters of a local store (`memos.store.lancedb.commits`): how one process learns,
+with one small read, that another has committed to a table since it last looked."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import lancedb
+import pyarrow as pa
+
+from memos.store.lancedb.commits import CommitCounter, rows_of
+
+
+async def _open(path, name):
+    """A table handle that looks for new versions only when told (within the test's minute)."""
+    conn = await lancedb.connect_async(str(path), read_consistency_interval=timedelta(minutes=1))
+    return await conn.open_table(name)
+
+
+async def test_a_process_catches_a_table_up_only_after_another_committed_to_it(tmp_path):
+    writer = await lancedb.connect_async(str(tmp_path))
+    facts = await writer.create_table("semantic", pa.table({"id": ["a"]}))
+    notes = await writer.create_table("notes", pa.table({"id": ["n"]}))
+    here, there = CommitCounter(tmp_path), CommitCounter(tmp_path)  # two processes' views of one store
+    mine, my_notes = await _open(tmp_path, "semantic"), await _open(tmp_path, "notes")
+    await here.catch_up(mine)
+    assert await mine.count_rows() == 1
+    await facts.add(pa.table({"id": ["b"]}))  # another process commits, and counts it
+    there.committed([facts.name, rows_of("semantic")])
+    assert await mine.count_rows() == 1  # the handle alone does not look for a minute
+    await here.catch_up(mine)
+    assert await mine.count_rows() == 2  # caught up by the count
+    await here.catch_up(my_notes)
+    version = await my_notes.version()
+    await notes.add(pa.table({"id": ["m"]}))  # written, not counted yet: not acknowledged either
+    await here.catch_up(my_notes)
+    assert await my_notes.version() == version  # nothing counted for this table: no look at its versions
+    epoch = here.epoch(rows_of("semantic"))
+    there.committed([notes.name])
+    assert here.epoch(rows_of("semantic")) == epoch  # one table's commits leave the others' counters
+    await here.catch_up(my_notes)
+    assert await my_notes.count_rows() == 2
+    there.committed([rows_of("semantic")])
+    assert here.epoch(rows_of("semantic")) == epoch + 1
+
+
+async def test_a_process_own_commits_do_not_make_its_tables_look_stale(tmp_path):
+    conn = await lancedb.connect_async(str(tmp_path))
+    table = await conn.create_table("semantic", pa.table({"id": ["a"]}))
+    here, there = CommitCounter(tmp_path), CommitCounter(tmp_path)
+    await here.catch_up(table)
+    epoch = here.epoch(table.name)
+    for n in range(3):
+        await table.add(pa.table({"id": [f"own{n}"]}))
+        here.committed([table.name])
+    assert here.epoch(table.name) == epoch  # its own: the handle that wrote them has them
+    there.committed([table.name])
+    here.committed([table.name])  # its own after one it had not seen: that one still counts
+    assert here.epoch(table.name) == epoch + 1
+
+
+async def test_an_object_storage_store_has_no_counter(tmp_path):
+    remote = CommitCounter(None)
+    remote.committed(["semantic"])
+    assert remote.epoch("semantic") == 0 and remote.path is None and not list(tmp_path.iterdir())
