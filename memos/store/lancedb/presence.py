@@ -2,8 +2,9 @@
 
 A table once seen with rows (counted, or written by this process) is taken to have them
 (searching a table emptied since is harmless); one counted empty stays empty until another
-process commits to the store (its epoch, `memos.store.lancedb.commits`), or, for a store without that counter
-(object storage), for the store's read-consistency interval, then is counted again.
+process commits to the store (its epoch, `memos.store.lancedb.commits`; `UNCOUNTED` seconds at
+most), or, for a store without that counter (object storage), for the store's read-consistency
+interval, then is counted again.
 Concurrent searches that find a table's answer stale share one count instead of each reading
 the table (every search of a busy server asks about every store at once).
 """
@@ -18,7 +19,11 @@ from typing import Any, Protocol
 from .commits import rows_of
 from .errors import retrying
 
-__all__ = ["RowPresence", "store_epochs", "stored_rows"]
+__all__ = ["RowPresence", "UNCOUNTED", "store_epochs", "stored_rows"]
+
+
+UNCOUNTED = 30.0
+"""Seconds a table counted empty stays so even while no process counts a commit to it."""
 
 
 class RowPresence:
@@ -40,8 +45,8 @@ class RowPresence:
         seen = self._empty_at.get(name)
         if seen is None:
             return None
-        if self.epoch is not None:
-            return False if self.epoch(name) == seen[1] else None
+        if self.epoch is not None:  # and a while at most: a process killed between a commit and its count never counted it
+            return False if self.epoch(name) == seen[1] and time.monotonic() - seen[0] <= UNCOUNTED else None
         return False if time.monotonic() - seen[0] <= self.consistency else None
 
     def added(self, name: str) -> None:
