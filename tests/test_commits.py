@@ -63,3 +63,16 @@ async def test_an_object_storage_store_has_no_counter(tmp_path):
     remote = CommitCounter(None)
     remote.committed(["semantic"])
     assert remote.epoch("semantic") == 0 and remote.path is None and not list(tmp_path.iterdir())
+
+
+async def test_a_counter_that_cannot_be_written_or_read_fails_nothing(tmp_path, caplog):
+    """A commit has landed when it is counted: a counter file that cannot be written (a full disk,
+    a read-only copy) is logged and the write goes on; one that cannot be read leaves the epoch."""
+    counter = CommitCounter(tmp_path)
+    counter.committed(["semantic"])
+    epoch = counter.epoch("semantic")
+    counter.path.unlink()
+    counter.path.mkdir()  # neither readable nor writable as a file
+    counter.committed(["semantic"])
+    assert "was not counted" in caplog.text
+    assert counter.epoch("semantic") == epoch

@@ -131,7 +131,11 @@ class _OptimizeTurn:
         is done; polled, so a cancelled wait leaves nothing held."""
         if self.path is None:
             return True
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:  # no turns to take (a read-only copy, say): optimize as before them
+            log.debug("optimize turn file %s unusable (%s)", self.path, exc)
+            return True
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
