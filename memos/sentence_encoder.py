@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SHAPES_FILE", "SentenceEncoder", "blas_limit", "encode_threads", "free_cores", "length_batches", "random_weights",
-           "safetensors_header"]
+__all__ = ["SHAPES_FILE", "SentenceEncoder", "THREADS_ENV", "blas_limit", "encode_threads", "free_cores", "length_batches",
+           "random_weights", "safetensors_header", "set_encode_threads"]
 
 _F32 = np.float32
 _SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "I64": np.int64}
@@ -236,10 +236,23 @@ class _Work:
         return f"norm{self._norm}"
 
 
+THREADS_ENV = "MEMOS_ENCODER_THREADS"
+"""The environment variable that sets `encode_threads` (read on every call)."""
+
+
+def set_encode_threads(threads: int) -> None:
+    """`encode_threads` from now on, in this process and the processes it starts: `threads` BLAS
+    threads a call, or (0) the cores other processes leave free."""
+    if threads:
+        os.environ[THREADS_ENV] = str(threads)
+    else:
+        os.environ.pop(THREADS_ENV, None)
+
+
 def encode_threads() -> int:
     """BLAS threads for one encode call: `MEMOS_ENCODER_THREADS` if set, else the cores other
     processes leave free (`free_cores`), one at least."""
-    if configured := os.environ.get("MEMOS_ENCODER_THREADS"):
+    if configured := os.environ.get(THREADS_ENV):
         return max(1, int(configured))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     others = _OTHERS.busy()

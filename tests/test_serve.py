@@ -103,6 +103,27 @@ async def test_a_served_app_gives_each_encode_call_one_blas_thread_unless_config
     assert seen[3][0] is None and 1 <= seen[3][1] <= (os.cpu_count() or 1)
 
 
+async def test_a_worker_of_memos_serve_keeps_the_encoder_threads_it_was_started_with(tmp_path, monkeypatch):
+    """`memos serve --workers N --encoder-threads T` hands T to each worker's app, 0 included
+    (the encoder's own choice), which a worker cannot tell from an unset environment."""
+    import os
+
+    from memos.serve.workers import app_from_env
+
+    monkeypatch.setenv("MEMOS_SERVE_DB", str(tmp_path / "db"))
+    monkeypatch.delenv("MEMOS_ENCODER_THREADS", raising=False)
+    seen = []
+    for threads in ["0", "3", None]:
+        if threads is None:
+            monkeypatch.delenv("MEMOS_SERVE_ENCODER_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("MEMOS_SERVE_ENCODER_THREADS", threads)
+        app = app_from_env()
+        async with app.router.lifespan_context(app):
+            seen.append(os.environ.get("MEMOS_ENCODER_THREADS"))
+    assert seen == [None, "3", "1"] and "MEMOS_ENCODER_THREADS" not in os.environ
+
+
 async def test_records_add_get_update_supersede_list_history_delete(api, clock):
     alice = await api.key("alice")
     r = await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "Alice lives in Lisbon"}, headers=alice)

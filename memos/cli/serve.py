@@ -78,7 +78,7 @@ def serve(
     os.environ.update({"MEMOS_SERVE_DB": str(db), "MEMOS_SERVE_EMBEDDER": embedder, "MEMOS_SERVE_MODEL": model or "",
                        "MEMOS_SERVE_EXTRACT": "1" if extract else "0",
                        "MEMOS_SERVE_OPTIONS": __import__("json").dumps(options or {}),
-                       "MEMOS_SERVE_MAX_PENDING": str(max_pending)})
+                       "MEMOS_SERVE_MAX_PENDING": str(max_pending), "MEMOS_SERVE_ENCODER_THREADS": str(encoder_threads)})
     if admin_key:
         os.environ["MEMOS_ADMIN_KEY"] = admin_key
     # a worker imports memos, LanceDB and the embedder before it answers the supervisor's ping:
@@ -92,12 +92,12 @@ def _encoder_threads(threads: int) -> None:
     (and its worker processes), each encoding apart, and a second BLAS thread in every call spins
     beside them. Side by side on 2 cores (docs/benchmarks.md, issue 37): 20 clients, server CPU an
     operation 31-35 -> 21-22 ms; one client, write / search p95 48-71 / 45-56 -> 39-43 / 39-43 ms.
-    Set in the environment, which `memos.sentence_encoder.encode_threads` reads and spawned
-    workers inherit; 0 leaves it to the encoder (the cores other processes leave idle)."""
-    if threads:
-        os.environ["MEMOS_ENCODER_THREADS"] = str(threads)
-    else:
-        os.environ.pop("MEMOS_ENCODER_THREADS", None)
+    Set in the environment, which `memos.sentence_encoder.encode_threads` reads; a worker's app
+    sets it again from `MEMOS_SERVE_ENCODER_THREADS` (0 leaves it to the encoder: the cores other
+    processes leave idle)."""
+    from memos.sentence_encoder import set_encode_threads
+
+    set_encode_threads(threads)
 
 
 @keys_app.command("create")

@@ -20,6 +20,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
+from memos.sentence_encoder import THREADS_ENV, set_encode_threads
+
 from .deps import Caller, ServeConfig, ServerState, get_caller, get_state, require_admin
 from .errors import error_body, install_error_handlers
 from .mcp_http import MCP_PATH, McpEndpoint
@@ -85,28 +87,21 @@ DRAIN_SECONDS = 30.0
 """How long a stopping server waits for running extraction jobs (the rest are recorded as failed)."""
 
 
-ENCODER_THREADS = "MEMOS_ENCODER_THREADS"
-
-
 @contextlib.contextmanager
 def _encoder_threads(threads: int | None) -> Iterator[None]:
     """`ServeConfig.encoder_threads` in the environment, which `memos.sentence_encoder.encode_threads`
     reads on every call, while the app runs; what was there before, after."""
-    before = os.environ.get(ENCODER_THREADS)
+    before = os.environ.get(THREADS_ENV)
     if threads is None and before is not None:  # the environment says
         yield
         return
-    if threads is None or threads:
-        os.environ[ENCODER_THREADS] = str(threads or 1)
-    else:
-        os.environ.pop(ENCODER_THREADS, None)
+    set_encode_threads(1 if threads is None else threads)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(ENCODER_THREADS, None)
-        else:
-            os.environ[ENCODER_THREADS] = before
+        set_encode_threads(0)
+        if before is not None:
+            os.environ[THREADS_ENV] = before
 
 
 @contextlib.asynccontextmanager

@@ -22,4 +22,5 @@ def app_from_env() -> FastAPI:
         extract=os.environ.get("MEMOS_SERVE_EXTRACT", "1") != "0",
         storage_options=json.loads(os.environ.get("MEMOS_SERVE_OPTIONS") or "{}") or None,
         max_pending=int(os.environ.get("MEMOS_SERVE_MAX_PENDING") or MAX_PENDING),
+        encoder_threads=int(threads) if (threads := os.environ.get("MEMOS_SERVE_ENCODER_THREADS")) else None,
     ))
