@@ -76,3 +76,17 @@ async def test_a_counter_that_cannot_be_written_or_read_fails_nothing(tmp_path, 
     counter.committed(["semantic"])
     assert "was not counted" in caplog.text
     assert counter.epoch("semantic") == epoch
+
+
+async def test_another_open_of_the_store_reads_a_meta_entry_at_once(tmp_path):
+    """Meta entries (API keys, state) are commits like any other: another process's read, here
+    another open of the store, finds one as soon as its write returns."""
+    from memos import MemoryOS
+
+    first = await MemoryOS.open(tmp_path / "db", embedder=None)
+    second = await MemoryOS.open(tmp_path / "db", embedder=None)
+    assert "probe" not in await second.storage.get_meta()  # its handle up to date now
+    await first.storage.set_meta("probe", "one")
+    assert (await second.storage.get_meta())["probe"] == "one"
+    await first.storage.write_state({"probe": "two"})
+    assert (await second.storage.get_meta())["probe"] == "two"

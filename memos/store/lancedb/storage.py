@@ -45,7 +45,7 @@ from .search_index import SearchIndex
 from .text_index import text_index
 from .write_behind import WriteBehind
 
-__all__ = ["DEFAULT_DIM", "HISTORY_TABLE", "META", "META_SCHEMA", "READ_CONSISTENCY", "Storage", "TypeTable", "read_meta", "write_meta"]
+__all__ = ["DEFAULT_DIM", "HISTORY_TABLE", "META", "META_SCHEMA", "READ_CONSISTENCY", "Storage", "TypeTable", "read_meta", "upsert_meta", "write_meta"]
 
 log = logging.getLogger("memos.store.lancedb.storage")
 
@@ -446,9 +446,9 @@ class Storage:
 
     async def set_meta(self, key: str, value: str) -> None:
         await self.behind.barrier(self.meta, read=False)  # a value queued before is not written over this one
+        rows = [{"key": key, "value": value}]
         with self._reporting(META) as report:
-            async with self.lease.shared():
-                report(await write_meta(self.meta, [{"key": key, "value": value}]), [{"key": key, "value": value}])
+            report(await self.write(self.meta, functools.partial(upsert_meta, self.meta, rows)), rows)
 
     def hold_state(self, values: dict[str, str]) -> bool:
         """Queue state entries instead of writing them (a chat session's state: `memos.store.lancedb.write_behind`):
@@ -466,8 +466,8 @@ class Storage:
     async def write_state(self, values: dict[str, str]) -> None:
         """Write state entries `hold_state` queued (their remembered reads counted them already)."""
         with self._reporting(META) as report:
-            async with self.lease.shared():
-                report(await write_meta(self.meta, [{"key": k, "value": v} for k, v in values.items()]), [])
+            rows = [{"key": k, "value": v} for k, v in values.items()]
+            report(await self.write(self.meta, functools.partial(upsert_meta, self.meta, rows)), [])
 
     async def delete_meta(self, keys: list[str]) -> None:
         """Remove meta entries (exact keys, quoted; never a pattern built from input)."""
@@ -490,6 +490,11 @@ async def read_meta(meta: Any) -> dict[str, str]:
     return {row["key"]: row["value"] for row in await meta.query().to_list()}
 
 
+def upsert_meta(meta: Any, rows: list[dict[str, str]]) -> Awaitable[Any]:
+    """One write of meta entries, by key (a store's writes run it through `Storage.write`)."""
+    return meta.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+
+
 async def write_meta(meta: Any, rows: list[dict[str, str]]) -> Any:
-    return await retry_conflicts(
-        lambda: meta.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(rows))
+    """`upsert_meta` before a store is open (commit conflicts retried)."""
+    return await retry_conflicts(lambda: upsert_meta(meta, rows))
