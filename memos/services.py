@@ -11,7 +11,7 @@ import asyncio
 import collections
 import itertools
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
@@ -335,6 +335,12 @@ class KernelServices(RecordAccess):
     async def delete_state(self, keys: list[str]) -> None:
         """Remove state entries (forgetting a user)."""
         await self.storage.delete_meta(keys)
+
+    def state_epoch(self, family: str) -> Hashable | None:
+        """A token that changes when another process writes or removes a state entry whose key is
+        of `family` (the key up to its first ':'): a process caching such entries re-reads them
+        then instead of on a timer. None where the store cannot tell (object storage)."""
+        return self.storage.meta_epoch(family)
 
     def draw_ids(self, n: int) -> list[str]:
         """`n` fresh record ids (`new_id()`) for records this process adds later: a session names

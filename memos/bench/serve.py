@@ -481,10 +481,10 @@ def _pids(procs: list[ServerProcess]) -> list[int]:
     return [p.proc.pid for p in procs if p.proc is not None]
 
 
-async def _keys(procs: list[ServerProcess], prefix: str) -> dict[str, str]:
+async def _keys(procs: list[ServerProcess], prefix: str, s3: bool) -> dict[str, str]:
     tokens = {f"{prefix}{u}": procs[0].make_key(f"{prefix}{u}", name=f"bench{u}") for u in range(USERS)}
-    if len(procs) > 1:
-        await asyncio.sleep(1.6)  # other processes see a new key within ~1.5 s
+    if len(procs) > 1 and s3:
+        await asyncio.sleep(1.6)  # on object storage other processes see a new key within ~1.5 s (a local store's at once)
     return tokens
 
 
@@ -495,7 +495,7 @@ async def run_serve_bench(clients: int = 20, writes: int = 10, searches: int = 1
     started = time.perf_counter()
     with _servers(servers, embedder, s3=s3, path=path) as (procs, store):
         startup_s = time.perf_counter() - started
-        tokens = await _keys(procs, "tenant")
+        tokens = await _keys(procs, "tenant", s3)
         report = await _load(procs, tokens, clients, writes, searches, time_limit=time_limit, processes=load_processes)
     return {**report, "store": store, "embedder": embedder, "server_startup_s": round(startup_s, 1)}
 
@@ -512,7 +512,7 @@ async def run_serve_curve(clients: tuple[int, ...] = CURVE_CLIENTS, embedders: t
             with _servers(count, embedder, s3=s3) as (procs, store):
                 startup_s = round(time.perf_counter() - started, 1)
                 for n, client_count in enumerate(sorted(clients)):
-                    tokens = await _keys(procs, f"c{client_count}u")  # each run its own users: its reads see only its writes
+                    tokens = await _keys(procs, f"c{client_count}u", s3)  # each run its own users: its reads see only its writes
                     row = await _load(procs, tokens, client_count, writes, searches, time_limit=time_limit, tag=f"run{n}",
                                       processes=load_processes)
                     rows.append({"embedder": embedder, **row, "store": store, "server_startup_s": startup_s})

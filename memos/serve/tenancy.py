@@ -8,12 +8,17 @@ reveal, and then only with an operator's approval; see `memos.serve._routes_memo
 
 Keys live in the store's state (its meta table, through `MemoryOS.state`) (`apikey:<hash>` entries), not in a sidecar file: several
 server processes on one store, on a disk or on object storage, then share the keys with no
-state but the store. Each process caches what it read for `CACHE_SECONDS`, so a revoked key
-stops working everywhere within that time plus the store's 1 s read-consistency interval (at
-once in the process that revoked it); a new key works at once in the process that made it and
-in the others within about 1.5 s (the read-consistency interval plus `MISS_SECONDS`). A request
-that is still running (an open event stream, a chat turn) re-checks its key every
-`RECHECK_SECONDS` against keys read at most that long ago, and ends once it is revoked.
+state but the store. Each process caches the keys it read. On a local store it reads them again
+as soon as another process has made or revoked one (`MemoryOS.state_epoch`: a counter beside the
+tables, one 8-byte read a request), so a key made or revoked through one worker of `memos serve
+--workers N` is known to every other worker by its next request. Where a store cannot tell
+(object storage) a process trusts what it read for `CACHE_SECONDS`, so a revoked key stops
+working everywhere within that time plus the store's 1 s read-consistency interval, and a new
+key works in the other processes within about 1.5 s (that interval plus `MISS_SECONDS`); the
+same times bound a local store's, should a process die between writing a key and counting it.
+In the process that made or revoked a key it is at once, everywhere. A request that is still
+running (an open event stream, a chat turn) re-checks its key every `RECHECK_SECONDS` against
+keys read at most that long ago, and ends once it is revoked.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["ApiKey", "CACHE_SECONDS", "KEY_PREFIX", "MISS_SECONDS", "RECHECK_SECONDS", "Tenants", "check_admin", "hash_token"]
 
 KEY_PREFIX = "apikey:"
+FAMILY = KEY_PREFIX.rstrip(":")
+"""The keys' family of state entries (`MemoryOS.state_epoch`)."""
 CACHE_SECONDS = 3.0
 """How long a process trusts the keys it read: with the store's 1 s read consistency, a key
 revoked in another process is refused within 4 s (the promise is 5 s)."""
@@ -91,6 +98,7 @@ class Tenants:
         self.cache_seconds = cache_seconds
         self._keys: dict[str, ApiKey] = {}
         self._read_at = float("-inf")
+        self._epoch: object = None  # the keys' epoch (`MemoryOS.state_epoch`) when they were last read
         self._reading = asyncio.Lock()
         """Held while the keys are read or changed: a read that began before a revocation never
         puts the revoked key back, and concurrent checks share one read."""
@@ -135,21 +143,25 @@ class Tenants:
         """The key whose hash is `digest`, or None if it is unknown or revoked, checked against keys
         read at most `max_age` seconds ago (default `CACHE_SECONDS`)."""
         limit = self.cache_seconds if max_age is None else min(max_age, self.cache_seconds)
-        if digest not in self._keys:  # a key made by another process is seen within MISS_SECONDS
-            limit = min(limit, MISS_SECONDS)  # (unknown tokens cannot force more reads than that)
-        if time.monotonic() - self._read_at > limit:
+        epoch = self.memory.state_epoch(FAMILY)
+        if epoch is None and digest not in self._keys:  # a key made by another process is seen within
+            limit = min(limit, MISS_SECONDS)  # MISS_SECONDS (unknown tokens cannot force more reads than that)
+        if (epoch is not None and epoch != self._epoch) or time.monotonic() - self._read_at > limit:
             await self._refresh(limit)
         return self._keys.get(digest)
 
     async def _refresh(self, older_than: float | None = None) -> None:
         """Read the keys again, unless `older_than` is given and a read that began less than that
-        many seconds ago (perhaps one this call waited for) already did."""
+        many seconds ago (perhaps one this call waited for) already did, and no process has made or
+        revoked a key since it began (concurrent requests after a change share one read)."""
         async with self._reading:
-            if older_than is None or time.monotonic() - self._read_at > older_than:
+            epoch = self.memory.state_epoch(FAMILY)
+            if older_than is None or (epoch is not None and epoch != self._epoch) or time.monotonic() - self._read_at > older_than:
                 await self._reload()
 
     async def _reload(self) -> None:
         started = time.monotonic()
+        epoch = self.memory.state_epoch(FAMILY)  # before the read: a key written meanwhile moves it again
         meta = await self.memory.state()
         keys = {}
         for entry, value in meta.items():
@@ -158,3 +170,4 @@ class Tenants:
                 keys[entry[len(KEY_PREFIX):]] = ApiKey(**data)
         self._keys = keys
         self._read_at = started
+        self._epoch = epoch

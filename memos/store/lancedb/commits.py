@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COMMITS_FILE", "CommitCounter", "SLOTS", "rows_of"]
+__all__ = ["COMMITS_FILE", "CommitCounter", "SLOTS", "meta_of", "rows_of"]
 
 COMMITS_FILE = ".memos-commits"
 SLOTS = 1024
@@ -50,6 +50,13 @@ def _slot(name: str) -> int:
 def rows_of(memory_type: str) -> str:
     """The counter name of a memory type's rows in the shared search table."""
     return f"rows:{memory_type}"
+
+
+def meta_of(key: str) -> str:
+    """The counter name of a meta entry's family: its key up to the first ':' (`apikey:<hash>` is
+    of `apikey`), whole if it has none. A process that caches a family's entries (the API keys of
+    `memos.serve.tenancy`) re-reads them when it moves, not on a timer."""
+    return "meta:" + key.split(":", 1)[0]
 
 
 class CommitCounter:

@@ -31,7 +31,7 @@ from memos.store.schema import VECTOR_COLUMN, arrow_rows, arrow_schema, arrow_ta
 from memos.store.scope import sql_in, sql_string
 from memos.time_bounds import EARLIEST
 
-from .commits import CommitCounter
+from .commits import CommitCounter, meta_of
 from .commits import rows_of as counted_rows
 from .compaction import HISTORY_COMPACT_EVERY, Compaction
 from .elsewhere import await_journaled, settle_journaled
@@ -123,15 +123,20 @@ class Storage:
         self.behind = WriteBehind(self, Journal(root) if root is not None else None)
         """A chat turn's rows, journaled and written in batches (`memos.store.lancedb.write_behind`, `memos.store.lancedb.journal`)."""
 
-    async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12, rows_of: Collection[str] = ()) -> T:
+    async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12, rows_of: Collection[str] = (),
+                    meta: Collection[str] = ()) -> T:
         """Run one LanceDB write holding the purge lease shared (`memos.store.lancedb.lease`), retried
-        as `errors.retrying` does; then count it for other processes (`commits`): the table's
-        commit, and for a write of the shared search table the memory types `rows_of` it added."""
+        as `errors.retrying` does; then count it for other processes (`commits`): the table's commit,
+        the memory types `rows_of` it added to the shared search table, the `meta` keys it wrote."""
         await self.behind.barrier(table, read=False)
         async with self.lease.shared():
             result = await self._retrying(table, op, attempts)
-        self.commits.committed([table.name, *map(counted_rows, rows_of)])
+        self.commits.committed([table.name, *map(counted_rows, rows_of), *map(meta_of, meta)])
         return result
+
+    def meta_epoch(self, family: str) -> int | None:
+        """Moves on when another process writes a meta entry of `family` (`commits.meta_of`); None: not known (object storage)."""
+        return None if self.commits.path is None else self.commits.epoch(meta_of(family))
 
     async def read(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 4) -> T:
         """Run one LanceDB read; a version removed under it by a purge is re-read at the latest.
@@ -448,7 +453,7 @@ class Storage:
         await self.behind.barrier(self.meta, read=False)  # a value queued before is not written over this one
         rows = [{"key": key, "value": value}]
         with self._reporting(META) as report:
-            report(await self.write(self.meta, functools.partial(upsert_meta, self.meta, rows)), rows)
+            report(await self.write(self.meta, functools.partial(upsert_meta, self.meta, rows), meta=[key]), rows)
 
     def hold_state(self, values: dict[str, str]) -> bool:
         """Queue state entries instead of writing them (a chat session's state: `memos.store.lancedb.write_behind`):
@@ -467,13 +472,13 @@ class Storage:
         """Write state entries `hold_state` queued (their remembered reads counted them already)."""
         with self._reporting(META) as report:
             rows = [{"key": k, "value": v} for k, v in values.items()]
-            report(await self.write(self.meta, functools.partial(upsert_meta, self.meta, rows)), [])
+            report(await self.write(self.meta, functools.partial(upsert_meta, self.meta, rows), meta=values), [])
 
     async def delete_meta(self, keys: list[str]) -> None:
         """Remove meta entries (exact keys, quoted; never a pattern built from input)."""
         for key in keys:
             with self._reporting(META) as report:
-                report(await self.write(self.meta, functools.partial(self.meta.delete, f"key = {sql_string(key)}")))
+                report(await self.write(self.meta, functools.partial(self.meta.delete, f"key = {sql_string(key)}"), meta=[key]))
 
     async def rebuild_text_index(self, memory_type: str) -> None:
         """Recreate a table's full-text index from its current rows (drops terms of deleted rows)."""
