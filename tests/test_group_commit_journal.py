@@ -70,9 +70,12 @@ WRITER = textwrap.dedent('''
 
     async def main(db, go):
         mem = await MemoryOS.open(db, embedder=None)
-        if len(sys.argv) > 4:  # "stuck": it commits its batches and never gets to delete their journal segment
+        mode = sys.argv[4] if len(sys.argv) > 4 else ""
+        if mode == "stuck":  # it commits its batches and never gets to delete their journal segment
             from memos.store.lancedb.journal import Journal
             Journal.retire = staticmethod(lambda segments: __import__("time").sleep(3600))
+        if mode == "deaf":  # it never hears another process ask for its rows (memos.store.lancedb.others)
+            mem.storage.behind.others.asked = lambda: 0
         mem.storage.behind.delay = float(sys.argv[3])  # 60: the rows wait in the journal until the process ends or is killed
         added = await asyncio.gather(*(mem.add(Scope("ann", "helper"), Fact(subject=f"boat {i}", summary=f"boat {i} at pier four"))
                                        for i in range(5)))
@@ -84,10 +87,11 @@ WRITER = textwrap.dedent('''
 ''')
 
 
-def _start_writer(tmp_path: Path, delay: float = 60, *, stuck: bool = False) -> tuple[subprocess.Popen[str], Path, Path, list[str]]:
+def _start_writer(tmp_path: Path, delay: float = 60, *, stuck: bool = False, deaf: bool = False) -> tuple[subprocess.Popen[str], Path, Path, list[str]]:
     script, db, go = tmp_path / "writer.py", tmp_path / "db", tmp_path / "go"
     script.write_text(WRITER)
-    writer = subprocess.Popen([sys.executable, str(script), str(db), str(go), str(delay), *(["stuck"] if stuck else [])],
+    mode = ["stuck"] if stuck else ["deaf"] if deaf else []
+    writer = subprocess.Popen([sys.executable, str(script), str(db), str(go), str(delay), *mode],
                               stdout=subprocess.PIPE, text=True)
     ids = writer.stdout.readline().split() if writer.stdout else []
     assert len(ids) == 5, "the writer did not acknowledge its adds"
@@ -262,7 +266,7 @@ def test_a_delete_of_an_add_whose_process_was_killed_before_writing_it_is_not_un
     """A killed writer's journaled adds are written by the process that misses one of them
     (`memos.store.lancedb.elsewhere`), not only by the next open: a delete there removes the
     record for good, and a get finds the others."""
-    writer, db, _, ids = _start_writer(tmp_path)  # its rows wait in the journal
+    writer, db, _, ids = _start_writer(tmp_path, deaf=True)  # its rows wait in the journal (it is killed before it writes them)
     scope = Scope("ann", "helper")
 
     async def survivor() -> None:

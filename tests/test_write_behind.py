@@ -289,8 +289,9 @@ HOLDING = CHAT_TURN + textwrap.dedent('''
 
 def test_a_live_writers_journal_is_left_to_it(tmp_path: Path):
     """Another process that opens the store does not write a segment whose writer is alive and
-    holds it: the writer does, once. (Other opens in the writer's own process write its queue
-    first: `test_another_open_in_the_same_process_sees_the_waiting_turns`.)"""
+    holds it: the writer does, once, when the other process's reads ask it to
+    (`memos.store.lancedb.others`), long before its delay. (Other opens in the writer's own process
+    write its queue first: `test_another_open_in_the_same_process_sees_the_waiting_turns`.)"""
     script, db, go = tmp_path / "holding.py", tmp_path / "db", tmp_path / "go"
     script.write_text(HOLDING)
     writer = subprocess.Popen([sys.executable, str(script), str(db), str(go)], stdout=subprocess.PIPE, text=True)
@@ -299,8 +300,9 @@ def test_a_live_writers_journal_is_left_to_it(tmp_path: Path):
         assert turn_id and len(segments(db)) == 1
 
         async def meanwhile() -> None:
-            other = await MemoryOS.open(db, embedder=None)
-            assert len(segments(db)) == 1 and await turn_rows(other, f"id = '{turn_id}'") == 0
+            other = await MemoryOS.open(db, embedder=None)  # it reads the state the writer journaled with its turn
+            assert segments(db) == [] and await turn_rows(other, f"id = '{turn_id}'") == 1  # the writer's 60 s delay cut short
+            assert [e.id for e in await other.list(Scope("alice", "bot", "s1"), "episodic")] == [turn_id]
 
         asyncio.run(meanwhile())
     finally:

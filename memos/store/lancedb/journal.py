@@ -42,13 +42,23 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["JOURNAL_DIR", "Journal", "Orphan", "Segment", "frame", "live_ids", "orphans", "read_frames"]
+__all__ = ["JOURNAL_DIR", "Journal", "Orphan", "Segment", "frame", "live_ids", "orphans", "own_prefix", "read_frames"]
 
 log = logging.getLogger("memos.store.lancedb.storage")
 
 JOURNAL_DIR = ".memos-journal"
 """The folder of a local store that holds the journal segments."""
 _SUFFIX = ".seg"
+_OWN: tuple[int, str] = (0, "")
+
+
+def own_prefix() -> str:
+    """What the names of this process's segments start with: a token of its own, drawn anew in a
+    forked child, so `live_ids(..., others=True)` can tell another process's segments from its own."""
+    global _OWN
+    if _OWN[0] != os.getpid():
+        _OWN = (os.getpid(), uuid.uuid4().hex[:12] + "-")
+    return _OWN[1]
 _HEADER = struct.Struct("<II")  # payload length, CRC-32 of the payload
 _TABLE_KEY = b"memos.table"
 
@@ -118,7 +128,7 @@ class Journal:
 
     def _open(self) -> Segment:
         self.folder.mkdir(parents=True, exist_ok=True)
-        token = uuid.uuid4().hex
+        token = own_prefix() + uuid.uuid4().hex
         temporary = self.folder / f"{token}.tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
@@ -159,14 +169,17 @@ def read_frames(data: bytes) -> Iterator[tuple[str, pa.Table]]:
         at += _HEADER.size + length
 
 
-def live_ids(root: Path, *, stopped: bool = False) -> dict[str, set[str]]:
+def live_ids(root: Path, *, stopped: bool = False, others: bool = False) -> dict[str, set[str]]:
     """The ids of the rows, by table, that the live segments under `root` hold (their writers,
     this process included, have yet to write them to their tables, or are writing them); a
     stopped writer's segment is left to `orphans`, unless `stopped`: then its ids count too
-    (every segment whose rows a replay may still write)."""
+    (every segment whose rows a replay may still write). `others`: other processes' segments only."""
     folder = root / JOURNAL_DIR
     found: dict[str, set[str]] = {}
+    mine = own_prefix() if others else None
     for path in sorted(folder.glob(f"*{_SUFFIX}")) if folder.is_dir() else []:
+        if mine is not None and path.name.startswith(mine):
+            continue
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:  # retired meanwhile: its rows are in their tables

@@ -22,9 +22,9 @@ other write to it (an update's mirror, a deletion, a purge), first writes what w
 (`barrier`), in order. A search may leave them waiting when it leaves their records out of its
 lists anyway: the chat step's own search, which excludes the turns in context (`excused`). What
 this process has remembered reading (`memos.store.read_cache`: store counts, the turns in context)
-counts a queued row as added when it is queued. Other processes see the rows within `DELAY` plus
-a commit, inside the `READ_CONSISTENCY` second that reads of another process's writes already
-allow. The queue is written at exit too: a task waiting on the delay that is cancelled
+counts a queued row as added when it is queued. A read in another process that finds journaled
+rows of its table asks this one to write them now (`memos.store.lancedb.others`): the delay's wait
+polls for such a request and cuts the wait short. The queue is written at exit too: a task waiting on the delay that is cancelled
 (`asyncio.run` ending, the sync loop's exit) writes it before it ends.
 
 Rows without a journal (a remote store's history and shared rows) are lost with a killed
@@ -42,7 +42,7 @@ import contextvars
 import logging
 import threading
 import weakref
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,6 +51,7 @@ import pyarrow as pa
 from memos._sync import background_loop
 
 from .journal import Journal, Segment, live_ids
+from .others import ASK_POLL, OtherQueues
 
 __all__ = ["DELAY", "HISTORY", "LIMIT", "WriteBehind", "closing"]
 
@@ -103,6 +104,7 @@ class _Store(Protocol):
     history_schema: pa.Schema
     meta: Any
     meta_schema: pa.Schema
+    commits: Any
 
     @property
     def search(self) -> _Index: ...
@@ -115,6 +117,14 @@ class _Store(Protocol):
     async def write_held(self, memory_type: str, rows: pa.Table) -> None: ...
 
     async def write_state(self, values: dict[str, str]) -> None: ...
+
+
+def _pending(name: str) -> Callable[[dict[str, set[str]]], set[str]]:
+    """The ids that other processes' journals (`live_ids`) hold for table `name`: for the shared
+    search table, those of every store (a chat turn's shared row waits with its own)."""
+    if name == SHARED:
+        return lambda live: set().union(*(ids for table, ids in live.items() if table not in (HISTORY, STATE)))
+    return lambda live: set(live.get(name, ()))
 
 
 class _Batch:
@@ -162,6 +172,8 @@ class WriteBehind:
         self._tasks: set[asyncio.Task[None]] = set()
         self.delay = DELAY
         self._steps = 0  # chat steps in progress (`step`)
+        self.others = OtherQueues(journal.root, storage.commits) if journal is not None else None
+        """What other processes of the store journaled: a read here waits for their rows (`memos.store.lancedb.others`)."""
         self._root = str(journal.root.resolve()) if journal is not None else None
         if self._root is not None:
             with _SIBLINGS_LOCK:
@@ -198,6 +210,8 @@ class WriteBehind:
         if not history and not shared and not typed and not state:
             return
         loop = asyncio.get_running_loop()
+        journaled = [*(typed or {}), *([STATE] if state else []), *([HISTORY] if history and typed else []),
+                     *([SHARED] if shared and (typed or state) else [])]
         with self._lock:
             if typed or state:
                 assert self.journal is not None, "rows wait here only where a journal makes them durable"
@@ -217,23 +231,26 @@ class WriteBehind:
             self._queued += 1
             if self._waiting is None or self._waiting.get_loop() is not loop or self._now is None:
                 self._now = asyncio.Event()
-                self._waiting = task = loop.create_task(self._after_delay(self._now))
+                # the others' requests as of now, before they can know of these rows
+                asked = self.others.asked() if self.others is not None and journaled else None
+                self._waiting = task = loop.create_task(self._after_delay(self._now, asked))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             if len(self) >= LIMIT:
                 self._now.set()
+        if journaled and self.others is not None:  # before the caller is answered: a read elsewhere waits for them
+            self.others.journaled(journaled)
 
-    async def _after_delay(self, now: asyncio.Event) -> None:
+    async def _after_delay(self, now: asyncio.Event, asked: int | None) -> None:
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(now.wait(), self.delay)
-            # not in the middle of a chat step: its commits would compete with the step's queries
-            # for the cores (a step that met a batch took twice as long); right after it, they
-            # run while the model answers
-            loop = asyncio.get_running_loop()
-            until = loop.time() + STEP_WAIT  # by the clock: a loaded machine's 5 ms sleeps take longer
-            while self._steps and loop.time() < until:
-                await asyncio.sleep(0.005)
+            if not await self._delay(now, asked):
+                # not in the middle of a chat step: its commits would compete with the step's queries
+                # for the cores (a step that met a batch took twice as long); right after it, they
+                # run while the model answers
+                loop = asyncio.get_running_loop()
+                until = loop.time() + STEP_WAIT  # by the clock: a loaded machine's 5 ms sleeps take longer
+                while self._steps and loop.time() < until:
+                    await asyncio.sleep(0.005)
         except asyncio.CancelledError:  # the loop is ending: write the queue before this task ends
             self._release()
             _CLOSING.set(True)  # and start no compaction that would outlive the loop
@@ -241,6 +258,23 @@ class WriteBehind:
             raise
         self._release()
         await self._flush_logged()
+
+    async def _delay(self, now: asyncio.Event, asked: int | None) -> bool:
+        """Wait `delay` seconds, or until `now` is set; where other processes may read the rows
+        (`asked` is the epoch of their requests when the batch began), until one asks for them
+        too: then True (the batch is written at once, chat step or not)."""
+        if asked is None or self.others is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(now.wait(), self.delay)
+            return False
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.delay
+        while not now.is_set() and (left := until - loop.time()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(now.wait(), min(left, ASK_POLL))
+            if self.others.asked() != asked:
+                return True
+        return False
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
@@ -291,6 +325,8 @@ class WriteBehind:
             for sibling in waited:
                 await sibling.flush()
             await table.checkout_latest()  # this handle may not look for new versions for a second yet
+        if read and self.others is not None:  # and what other processes journaled for it
+            await self.others.written(name, table, _pending(name))
 
     def _name_of(self, table: Any) -> str | None:
         """What `table` is to the queue: `HISTORY`, `SHARED`, a store's memory type, or None."""
