@@ -118,10 +118,11 @@ def test_the_queue_summary_sums_the_servers_and_divides_by_batches():
 
     before = [stats(10, 5, 1.0, 0.1, 0.5, retries={"conflicts": 2, "purged": 0, "slept_s": 0.05}), stats(0, 0, 0.0, 0.0, 0.0)]
     after = [stats(40, 15, 2.0, 0.3, 1.1, {"calls": 30, "batches": 10, "pending": 0, "busy_s": 0.5, "waited_s": 0.0},
-                   {"conflicts": 5, "purged": 1, "slept_s": 0.3}),
+                   {"conflicts": 5, "purged": 1, "slept_s": 0.3, "journal_waits": 3, "journal_wait_s": 0.25}),
              stats(30, 10, 1.5, 0.2, 0.9, retries={"conflicts": 1, "purged": 0, "slept_s": 0.02})]
     summary = queue_summary(before, after)
     assert summary == {"add_calls": 60, "add_batches": 20, "callers_per_add_batch": 3.0, "add_batch_ms": 125.0,
                        "add_embedding_ms": 75.0, "add_wait_ms": 20.0, "query_batches": 10, "queries_per_batch": 3.0,
-                       "query_batch_ms": 50.0, "commit_conflicts": 4, "purged_reads": 1, "retry_sleep_s": 0.27}
+                       "query_batch_ms": 50.0, "commit_conflicts": 4, "purged_reads": 1, "retry_sleep_s": 0.27,
+                       "journal_waits": 3, "journal_wait_s": 0.25}  # (a server from before they were counted: none)
     assert queue_summary(before, [after[0], None]) is None and queue_summary([], []) is None

@@ -75,7 +75,7 @@ async def test_admin_stats_count_this_processs_add_and_query_queues(api):
     queries, asked = after["query_embeddings"], before["query_embeddings"] or {"calls": 0, "batches": 0}
     assert queries["calls"] - asked["calls"] >= 6 and queries["batches"] - asked["batches"] >= 1
     assert adds["pending"] == 0 and queries["pending"] == 0 and after["searches_pending"] == 0
-    assert set(after["store_retries"]) == {"conflicts", "purged", "slept_s"}  # none expected from one process
+    assert set(after["store_retries"]) == {"conflicts", "purged", "slept_s", "journal_waits", "journal_wait_s"}  # none expected from one process
 
 
 async def test_a_served_app_gives_each_encode_call_one_blas_thread_unless_configured(mem, monkeypatch):

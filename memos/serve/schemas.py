@@ -375,6 +375,8 @@ class RetriesOut(BaseModel):
     conflicts: int = Field(description="Commits that met another writer's and were tried again.")
     purged: int = Field(description="Reads of a table version a purge had removed, read again at the latest.")
     slept_s: float = Field(description="Seconds slept before those tries.")
+    journal_waits: int = Field(0, description="Reads that waited for rows another process had acknowledged from its journal and not yet written.")
+    journal_wait_s: float = Field(0.0, description="Seconds those reads waited.")
 
 
 class StatsOut(BaseModel):

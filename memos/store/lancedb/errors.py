@@ -86,6 +86,9 @@ class Retries:
     conflicts: int = 0
     purged: int = 0
     slept_s: float = 0.0
+    journal_waits: int = 0
+    """Reads that waited for rows another process had journaled (`memos.store.lancedb.others`)."""
+    journal_wait_s: float = 0.0
 
 
 async def retrying(table: Any, op: Callable[[], Awaitable[T]], attempts: int, uri: str, tally: Retries | None = None) -> T:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .commits import CommitCounter
+from .errors import Retries
 from .journal import live_ids
 
 __all__ = ["ASK_POLL", "FLUSH", "OtherQueues", "POLL", "WAIT", "journaled_of"]
@@ -56,9 +57,11 @@ def journaled_of(name: str) -> str:
 class OtherQueues:
     """What the other processes of one local store have journaled, as a read here needs it."""
 
-    def __init__(self, root: Path, counter: CommitCounter) -> None:
+    def __init__(self, root: Path, counter: CommitCounter, tally: Retries | None = None) -> None:
         self.root = root
         self.counter = counter
+        self.tally = tally if tally is not None else Retries()
+        """Where the reads that waited are counted (`Storage.retries`)."""
         self._seen: dict[str, int] = {}  # each table's journal epoch when no other process held its rows
 
     def journaled(self, names: Collection[str]) -> None:
@@ -80,11 +83,13 @@ class OtherQueues:
         held = pending(await asyncio.to_thread(live_ids, self.root, others=True))
         if held:
             self.counter.committed([FLUSH])
-            deadline = time.monotonic() + WAIT
-            while held and time.monotonic() < deadline:
+            began = time.monotonic()
+            while held and time.monotonic() < began + WAIT:
                 await asyncio.sleep(POLL)
                 held &= pending(await asyncio.to_thread(live_ids, self.root, others=True))
             if held:  # a process that cannot write them now (a full disk): read what is there
                 log.warning("a read of %s went ahead while another process still holds %d journaled rows of it", name, len(held))
             await table.checkout_latest()
+            self.tally.journal_waits += 1
+            self.tally.journal_wait_s += time.monotonic() - began
         self._seen[name] = epoch

@@ -105,6 +105,7 @@ class _Store(Protocol):
     meta: Any
     meta_schema: pa.Schema
     commits: Any
+    retries: Any
 
     @property
     def search(self) -> _Index: ...
@@ -172,7 +173,7 @@ class WriteBehind:
         self._tasks: set[asyncio.Task[None]] = set()
         self.delay = DELAY
         self._steps = 0  # chat steps in progress (`step`)
-        self.others = OtherQueues(journal.root, storage.commits) if journal is not None else None
+        self.others = OtherQueues(journal.root, storage.commits, storage.retries) if journal is not None else None
         """What other processes of the store journaled: a read here waits for their rows (`memos.store.lancedb.others`)."""
         self._root = str(journal.root.resolve()) if journal is not None else None
         if self._root is not None:
