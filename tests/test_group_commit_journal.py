@@ -262,6 +262,36 @@ def test_another_process_asked_for_a_journaled_add_by_id_waits_for_it_instead_of
     asyncio.run(after())
 
 
+def test_another_process_that_reads_a_journaled_add_gets_its_writer_to_write_it_now(tmp_path: Path):
+    """The writer would keep its adds in the journal for a minute (its delay); another process's
+    list, count and read by id ask it to write them now (`memos.store.lancedb.others`) and find them
+    well within their few seconds of waiting, and a delete there is not undone by a replay."""
+    writer, db, go, ids = _start_writer(tmp_path, delay=60)
+    scope = Scope("ann", "helper")
+
+    async def elsewhere() -> None:
+        other = await MemoryOS.open(db, embedder=None)
+        assert (await other.get(scope, "semantic", ids[2])).id == ids[2]  # by id first (its wait asks too)
+        assert {r.id for r in await other.list(scope, "semantic", limit=None)} == set(ids)
+        assert (await other.counts(scope))["semantic"] == len(ids)
+        await other.delete(scope, "semantic", ids[0])
+        assert [e.op for e in await other.history(scope, ids[1])] == ["add"]
+
+    try:
+        asyncio.run(elsewhere())
+        assert not segments(db)  # written by the writer, long before its minute was up
+    finally:
+        go.touch()
+        assert writer.wait(timeout=120) == 0
+
+    async def reopened() -> None:
+        mem = await MemoryOS.open(db, embedder=None)
+        stored = Counter(r.id for r in await mem.list(scope, "semantic", limit=None))
+        assert set(stored) == set(ids[1:]) and set(stored.values()) == {1}
+
+    asyncio.run(reopened())
+
+
 def test_a_delete_of_an_add_whose_process_was_killed_before_writing_it_is_not_undone_by_the_replay(tmp_path: Path):
     """A killed writer's journaled adds are written by the process that misses one of them
     (`memos.store.lancedb.elsewhere`), not only by the next open: a delete there removes the

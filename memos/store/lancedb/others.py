@@ -68,6 +68,10 @@ class OtherQueues:
         """This process journaled rows for tables `names`: count them for the others."""
         self.counter.committed([journaled_of(name) for name in names])
 
+    def ask(self) -> None:
+        """Ask the store's other processes to write what they journaled now (`FLUSH`)."""
+        self.counter.committed([FLUSH])
+
     def asked(self) -> int:
         """The epoch of the others' requests to write now (`FLUSH`): moves when one asks."""
         return self.counter.epoch(FLUSH)
@@ -82,7 +86,7 @@ class OtherQueues:
             return
         held = pending(await asyncio.to_thread(live_ids, self.root, others=True))
         if held:
-            self.counter.committed([FLUSH])
+            self.ask()
             began = time.monotonic()
             while held and time.monotonic() < began + WAIT:
                 await asyncio.sleep(POLL)
