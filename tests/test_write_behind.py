@@ -287,6 +287,52 @@ HOLDING = CHAT_TURN + textwrap.dedent('''
 ''')
 
 
+TWO_TURNS = textwrap.dedent('''
+    import asyncio, os, sys
+    os.environ["LANCE_LOG"] = "error"
+    from memos import MemoryOS, Scope
+    from memos.context.session import MemorySession
+
+    async def main(db, more, go):
+        mem = await MemoryOS.open(db, embedder=None)
+        mem.storage.behind.delay = 60  # nothing written by the delay
+        session = await MemorySession.open(mem, Scope("alice", "bot", "s1"))
+        await mem.set_state("plan", "one", behind=True)  # state written behind, as a session's is
+        print((await session.record_turn("user", "the bike is at the station")).id, flush=True)
+        while not os.path.exists(more):
+            await asyncio.sleep(0.02)
+        await mem.set_state("plan", "two", behind=True)
+        print((await session.record_turn("assistant", "which station?")).id, flush=True)
+        while not os.path.exists(go):
+            await asyncio.sleep(0.02)
+
+    asyncio.run(main(*sys.argv[1:]))
+''')
+
+
+def test_another_process_reads_a_chat_sessions_journaled_turn_and_state_at_once(tmp_path: Path):
+    """A chat whose next turn comes through another worker: that worker's reads of the session's
+    state and turns find what the first journaled a moment ago (it asks the first to write them,
+    `memos.store.lancedb.others`), not the state from before the last turn."""
+    script, db, more, go = tmp_path / "turns.py", tmp_path / "db", tmp_path / "more", tmp_path / "go"
+    script.write_text(TWO_TURNS)
+    writer = subprocess.Popen([sys.executable, str(script), str(db), str(more), str(go)], stdout=subprocess.PIPE, text=True)
+    try:
+        first = writer.stdout.readline().strip()
+
+        async def meanwhile() -> None:
+            other = await MemoryOS.open(db, embedder=None)
+            more.touch()
+            second = writer.stdout.readline().strip()  # acknowledged, journaled, its state too
+            assert (await other.state())["plan"] == "two"  # not "one", from before
+            assert [e.id for e in await other.list(ALICE, "episodic")] == [first, second]
+
+        asyncio.run(meanwhile())
+    finally:
+        go.touch()
+        assert writer.wait(timeout=120) == 0
+
+
 def test_a_live_writers_journal_is_left_to_it(tmp_path: Path):
     """Another process that opens the store does not write a segment whose writer is alive and
     holds it: the writer does, once, when the other process's reads ask it to

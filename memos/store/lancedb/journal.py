@@ -170,7 +170,7 @@ def read_frames(data: bytes) -> Iterator[tuple[str, pa.Table]]:
 
 
 def live_ids(root: Path, *, stopped: bool = False, others: bool = False) -> dict[str, set[str]]:
-    """The ids of the rows, by table, that the live segments under `root` hold (their writers,
+    """The ids of the rows (of state entries: their keys), by table, that the live segments under `root` hold (their writers,
     this process included, have yet to write them to their tables, or are writing them); a
     stopped writer's segment is left to `orphans`, unless `stopped`: then its ids count too
     (every segment whose rows a replay may still write). `others`: other processes' segments only."""
@@ -198,8 +198,9 @@ def live_ids(root: Path, *, stopped: bool = False, others: bool = False) -> dict
         finally:
             os.close(fd)
         for name, rows in read_frames(data):
-            if "id" in rows.column_names:
-                found.setdefault(name, set()).update(rows.column("id").to_pylist())
+            column = "id" if "id" in rows.column_names else "key" if "key" in rows.column_names else None  # (state entries: keys)
+            if column is not None:
+                found.setdefault(name, set()).update(rows.column(column).to_pylist())
     return found
 
 
