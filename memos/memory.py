@@ -474,7 +474,7 @@ def _search_statuses(include_inactive: bool, since: datetime | None, until: date
 
 
 _UNSCOPED = {"record_type", "scoped", "cipher", "open", "scheduler", "agent", "restamp", "embed_documents",
-             "associated_data", "state", "set_state", "delete_state", "state_epoch", "check_versions", "stamp", "put_stored",
+             "associated_data", "state", "set_state", "delete_state", "state_epoch", "exclusive", "check_versions", "stamp", "put_stored",
              "raw_history", "restore_history", "id_owners", "purge", "job_rows", "refresh", "maintain"}
 """Facade methods that take no scope: a scoped view passes them through unchanged."""
 

@@ -12,6 +12,7 @@ import collections
 import itertools
 import json
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
@@ -335,6 +336,12 @@ class KernelServices(RecordAccess):
     async def delete_state(self, keys: list[str]) -> None:
         """Remove state entries (forgetting a user)."""
         await self.storage.delete_meta(keys)
+
+    def exclusive(self, key: str) -> AbstractAsyncContextManager[None]:
+        """Held by one task of one process of the store at a time, for `key` (any string): a chat
+        session's turns recorded by several server workers. Across processes on a local store; on
+        object storage within this process only."""
+        return self.storage.locks.hold(key)
 
     def state_epoch(self, family: str) -> Hashable | None:
         """A token that changes when another process writes or removes a state entry whose key is

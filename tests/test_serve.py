@@ -509,6 +509,32 @@ def test_two_server_processes_share_one_store_and_its_keys(store_dir):
             assert httpx.get(second.url + "/v1/core", headers=headers).status_code == 401  # refused there at once
 
 
+def test_one_chat_session_posted_to_through_two_server_processes_at_once_keeps_every_turn_in_context(store_dir):
+    """Each worker opens the session from its saved state, records and saves: done at once in two
+    workers, each saved a state without the other's turns (12-14 of 20 left in the context). The
+    session lock now holds across the store's processes (`MemoryOS.exclusive`), and each opens the
+    state the other has just journaled (`memos.store.lancedb.others`)."""
+    with ServerProcess(store_dir) as first, ServerProcess(store_dir, admin_key=first.admin_key) as second:
+        headers = {"Authorization": f"Bearer {first.make_key('team')}"}
+
+        async def posts() -> set[int]:
+            async with httpx.AsyncClient(timeout=60) as client:
+                async def post(i: int) -> int:
+                    server = (first, second)[i % 2]
+                    r = await client.post(server.url + "/v1/messages", headers=headers, json={
+                        "session_id": "s1", "messages": [{"role": "user", "content": f"message number {i}"}]})
+                    return r.status_code
+                codes: set[int] = set()
+                for round_ in range(4):
+                    codes |= set(await asyncio.gather(*(post(round_ * 4 + j) for j in range(4))))
+                return codes
+
+        assert asyncio.run(posts()) == {201}
+        for server in (first, second):
+            context = httpx.get(server.url + "/v1/context", params={"session_id": "s1", "budget": 100_000}, headers=headers, timeout=60)
+            assert context.json()["turns"] == 16, context.text
+
+
 async def test_the_graph_view_draws_entity_and_relation_stores_when_the_store_has_them(db_path, embedder, vault_key, api):
     from typing import ClassVar
 

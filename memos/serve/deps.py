@@ -6,8 +6,9 @@ session locks), the caller an API key stands for, and the admin check (FastAPI d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -108,10 +109,14 @@ class ServerState:
         assert self.tenants is not None
         return self.memory, self.tenants
 
-    def session_lock(self, scope: Scope) -> AbstractAsyncContextManager[None]:
-        """One lock per conversation: its turns are recorded and its context compiled one at a time
-        (held only while in use: the server keeps no lock per session it has ever seen)."""
-        return self._sessions.hold(scope)
+    @contextlib.asynccontextmanager
+    async def session_lock(self, scope: Scope) -> AsyncIterator[None]:
+        """One lock per conversation: its turns are recorded and its context compiled one at a time,
+        in this process (held only while in use: the server keeps no lock per session it has ever
+        seen) and then in every process of the store (`MemoryOS.exclusive`: workers of `--workers N`)."""
+        memory, _ = await self.ready()
+        async with self._sessions.hold(scope), memory.exclusive(f"session\x1f{scope.user_id}\x1f{scope.agent_id}\x1f{scope.session_id}"):
+            yield
 
 
 BEARER = HTTPBearer(scheme_name="bearer", auto_error=False, bearerFormat="API key",

@@ -21,7 +21,7 @@ Conventions every implementation keeps:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Hashable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -32,7 +32,7 @@ from memos.memtypes import MemoryRecord
 from .history import HistoryEntry
 from .read_cache import ReadCache
 
-__all__ = ["EVENT_TIME", "RECORD", "RecordTable", "SharedIndex", "Store", "WriteQueue"]
+__all__ = ["EVENT_TIME", "KeyLock", "RECORD", "RecordTable", "SharedIndex", "Store", "WriteQueue"]
 
 EVENT_TIME = "event_time"
 """The column holding each record's own time field (`time_field`: occurred_at for a turn)."""
@@ -102,6 +102,12 @@ class WriteQueue(Protocol):
     def queue(self, history: list[dict[str, Any]], shared: list[dict[str, Any]]) -> None: ...
 
 
+class KeyLock(Protocol):
+    """Locks by key that every process of a store shares (`memos.store.lancedb.keylocks`)."""
+
+    def hold(self, key: str) -> AbstractAsyncContextManager[None]: ...
+
+
 class Store(Protocol):
     """An open store: one table per memory type, history, meta, and the shared search."""
 
@@ -119,6 +125,11 @@ class Store(Protocol):
     @property
     def behind(self) -> WriteQueue:
         """The write-behind queue (read-only here, so an implementation's own class fits)."""
+        ...
+
+    @property
+    def locks(self) -> KeyLock:
+        """Locks by key across every process of the store (read-only here)."""
         ...
 
     # --- rows of a memory type ---------------------------------------------------------------

@@ -38,6 +38,7 @@ from .elsewhere import await_journaled, settle_journaled
 from .errors import Retries, journal_error, retry_conflicts, retrying
 from .holding import hold_rows
 from .journal import Journal
+from .keylocks import KeyLocks
 from .lease import StoreLease, local_path
 from .presence import RowPresence, store_epochs, stored_rows
 from .purge import PURGE_WAIT, Purge
@@ -100,8 +101,7 @@ class Storage:
         self.conn = conn
         self.meta = meta
         self.history = history
-        self.dim = dim
-        self.embedder_name = embedder_name
+        self.dim, self.embedder_name = dim, embedder_name
         self.tables: dict[str, TypeTable] = {}
         self.compaction = Compaction(self.write, local_path(uri))
         """When each table is optimized (`memos.store.lancedb.compaction`)."""
@@ -116,8 +116,9 @@ class Storage:
         """The shared search table of the default stores, mirrored on every write (`memos.store.lancedb.search_index`)."""
         root = local_path(uri)
         self.commits = CommitCounter(root)
-        """Commits of every process of a local store, counted: a read finds what another process
-        acknowledged a moment ago (`memos.store.lancedb.commits`)."""
+        """Every process's commits, counted: a read finds what another acknowledged (`memos.store.lancedb.commits`)."""
+        self.locks = KeyLocks(root)
+        """Locks by key across the store's processes (`memos.store.lancedb.keylocks`)."""
         self.presence = RowPresence(READ_CONSISTENCY.total_seconds(), functools.partial(store_epochs, self) if root is not None else None)
         """Which tables hold rows, as far as this process knows (`memos.store.lancedb.presence`)."""
         self.behind = WriteBehind(self, Journal(root) if root is not None else None)
