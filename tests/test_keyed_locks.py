@@ -2,7 +2,7 @@
 
 import asyncio
 
-from memos.serve.locks import KeyedLocks
+from memos.keyed_locks import KeyedLocks
 
 
 def test_one_holder_per_key_and_no_lock_kept_after_use():

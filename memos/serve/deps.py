@@ -18,13 +18,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from memos.batching import QueueLimits
 from memos.exceptions import InvalidFilterError, ScopeError
+from memos.keyed_locks import KeyedLocks
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 
 from .errors import ApiError
 from .events import EventBus
 from .extraction import Extractions
-from .locks import KeyedLocks
 from .tenancy import RECHECK_SECONDS, ApiKey, Tenants, check_admin, hash_token
 
 __all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "MAX_PENDING", "SCOPE_HEADER", "ServeConfig", "ServerState", "get_caller",

@@ -23,11 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memos.keyed_locks import KeyedLocks
 from memos.memory import MemoryOS
 from memos.memtypes import Episode, new_id
 from memos.store.scope import Scope
-
-from .locks import KeyedLocks
 
 __all__ = ["ExtractionJob", "Extractions", "with_running"]
 

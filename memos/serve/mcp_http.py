@@ -31,11 +31,11 @@ from starlette.requests import Request
 from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
+from memos.keyed_locks import KeyedLocks
 from memos.store.scope import Scope
 
 from .deps import Caller, get_caller
 from .errors import ApiError
-from .locks import KeyedLocks
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager

@@ -4,7 +4,7 @@
 to. Each opens the session from its saved state, records its turns and saves the state again; two
 workers doing that at once for one session each saved a state without the other's turns (with 4
 concurrent requests at a time over 2 workers, 6-8 of 20 turns were missing from the session's
-context), and the lock per session each process held (`memos.serve.locks`) could not see the other.
+context), and the lock per session each process held (`memos.keyed_locks`) could not see the other.
 These can: a key hashes to one of `BUCKETS` small files under `.memos-locks/` beside the tables, and
 holding it is an exclusive `flock` on that file through a descriptor of its own, taken without
 blocking and tried again every `POLL` seconds, so the event loop never waits in the kernel. A
@@ -23,6 +23,8 @@ import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from memos.keyed_locks import KeyedLocks
+
 __all__ = ["BUCKETS", "KeyLocks", "LOCKS_DIR", "POLL"]
 
 LOCKS_DIR = ".memos-locks"
@@ -37,13 +39,13 @@ class KeyLocks:
 
     def __init__(self, root: Path | None) -> None:
         self.folder = None if root is None else root / LOCKS_DIR
-        self._local: dict[str, tuple[asyncio.Lock, int]] = {}  # without a folder: one lock per key in use
+        self._local: KeyedLocks[str] = KeyedLocks()  # without a folder
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
         """Hold `key`: one holder at a time among every task of every process of the store."""
         if self.folder is None:
-            async with self._in_process(key):
+            async with self._local.hold(key):
                 yield
             return
         self.folder.mkdir(exist_ok=True)
@@ -52,20 +54,6 @@ class KeyLocks:
             yield
         finally:
             os.close(fd)  # and its lock
-
-    @contextlib.asynccontextmanager
-    async def _in_process(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._local.get(key, (asyncio.Lock(), 0))
-        self._local[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._local[key]
-            if users <= 1:
-                del self._local[key]
-            else:
-                self._local[key] = (lock, users - 1)
 
 
 async def _take(path: Path) -> int:
