@@ -75,3 +75,22 @@ async def test_a_shared_block_edit_is_seen_by_every_agent_of_the_user(mem):
     assert (await planner.get("team")).value == "Deadline moved to Friday\nDraft is in review"
     other_user = CoreMemory(mem, Scope("bob", "planner", "s1"), defaults=spec)
     assert (await other_user.get("team")).value == ""
+
+
+async def test_concurrent_edits_of_a_block_through_two_opens_of_the_store_lose_none(mem, db_path, embedder, clock, vault_key, alice):
+    """Each edit reads the block and supersedes it: run at once (requests of one server, or two
+    server workers: here two opens of one store), each superseded the version they all read, and 12
+    appends left 3. Edits of one label now take turns (`MemoryOS.exclusive`); so do the first
+    requests that create the default blocks."""
+    import asyncio
+
+    other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    cores = [CoreMemory(m, alice) for m in (mem, other) for _ in range(2)]  # fresh objects: none has seeded yet
+    await asyncio.gather(*(cores[i % 4].append("human", f"fact{i}q", actor="agent") for i in range(12)))
+    await asyncio.gather(cores[0].replace("human", "fact0q", "first", actor="agent"),
+                         cores[3].replace("human", "fact1q", "second", actor="agent"),
+                         cores[1].create("notes", value="one"), cores[2].create("notes", value="two"))
+    value = (await CoreMemory(mem, alice).get("human")).value
+    assert sorted(value.split("\n")) == sorted(["first", "second", *(f"fact{i}q" for i in range(2, 12))])
+    active = await mem.list(Scope("alice"), "core", limit=None)
+    assert sorted(b.label for b in active) == ["human", "notes", "persona"]  # one active block a label

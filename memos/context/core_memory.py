@@ -11,7 +11,9 @@ Errors are `CoreMemoryError`s whose message can be handed to a model verbatim.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -33,6 +35,8 @@ class CoreHost(Protocol):
 
     async def supersede(self, scope: Scope, memory_type: str | type[MemoryRecord], old_id: str, new: R, *,
                         actor: str = ...) -> R: ...
+
+    def exclusive(self, key: str) -> AbstractAsyncContextManager[None]: ...
 
 __all__ = ["BlockSpec", "CoreHost", "CoreMemory", "DEFAULT_BLOCKS"]
 
@@ -91,9 +95,14 @@ class CoreMemory:
     async def create(self, label: str, *, description: str = "", value: str = "", limit: int = 2000,
                      read_only: bool = False, shared: bool = False, actor: str = "user") -> CoreBlock:
         """Add a block (an existing label is returned unchanged)."""
-        for block in await self._current():
-            if block.label == label:
-                return block
+        async with self._lock(label):
+            for block in await self._current():
+                if block.label == label:
+                    return block
+            return await self._add(label, description, value, limit, read_only, shared, actor)
+
+    async def _add(self, label: str, description: str, value: str, limit: int, read_only: bool, shared: bool,
+                   actor: str) -> CoreBlock:
         block = CoreBlock(label=label, block_description=description, value=value, limit=limit,
                           read_only=read_only, tags=[SHARED_TAG] if shared else [])
         [stored] = await self.memory.add(self.shared_scope if shared else self.own_scope, block, actor=actor)
@@ -101,24 +110,27 @@ class CoreMemory:
 
     async def append(self, label: str, text: str, *, actor: str) -> CoreBlock:
         """Add `text` on a new line at the end of the block."""
-        block = await self._editable(label)
-        value = f"{block.value}\n{text}" if block.value else text
-        return await self._write(block, value, actor, f"append of {len(text)} characters")
+        async with self._editing(label):
+            block = await self._editable(label)
+            value = f"{block.value}\n{text}" if block.value else text
+            return await self._write(block, value, actor, f"append of {len(text)} characters")
 
     async def replace(self, label: str, old: str, new: str, *, actor: str) -> CoreBlock:
         """Replace the exact text `old` (every occurrence) by `new`; `new` may be empty to delete."""
-        block = await self._editable(label)
-        if not old or old not in block.value:
-            raise TextNotFoundError(
-                f"the text {old[:80]!r} is not in block {label!r}; copy the exact text to replace from the block, "
-                "or use core_memory_rethink to rewrite the whole block"
-            )
-        return await self._write(block, block.value.replace(old, new), actor, "replace")
+        async with self._editing(label):
+            block = await self._editable(label)
+            if not old or old not in block.value:
+                raise TextNotFoundError(
+                    f"the text {old[:80]!r} is not in block {label!r}; copy the exact text to replace from the block, "
+                    "or use core_memory_rethink to rewrite the whole block"
+                )
+            return await self._write(block, block.value.replace(old, new), actor, "replace")
 
     async def rethink(self, label: str, value: str, *, actor: str) -> CoreBlock:
         """Rewrite the whole block."""
-        block = await self._editable(label)
-        return await self._write(block, value, actor, "rewrite")
+        async with self._editing(label):
+            block = await self._editable(label)
+            return await self._write(block, value, actor, "rewrite")
 
     # --- internals -----------------------------------------------------------------------
 
@@ -142,6 +154,21 @@ class CoreMemory:
                 await self.create(spec.label, description=spec.description, value=spec.value, limit=spec.limit,
                                   read_only=spec.read_only, shared=spec.shared, actor="system")
         self._seeded = True
+
+    def _lock(self, label: str) -> AbstractAsyncContextManager[None]:
+        """One change of the user's blocks named `label` at a time, in every task and every process of
+        the store (`exclusive`): an edit reads the block and supersedes it, so two at once each
+        superseded the version they both read and one was lost (12 concurrent appends left 3), and
+        two creations of a label made two blocks."""
+        return self.memory.exclusive(f"core\x1f{self.own_scope.user_id}\x1f{label}")
+
+    @contextlib.asynccontextmanager
+    async def _editing(self, label: str) -> AsyncIterator[None]:
+        """`_lock` for an edit, the default blocks created first (each under its own lock: not nested)."""
+        if not self._seeded:
+            await self._seed()
+        async with self._lock(label):
+            yield
 
     async def _editable(self, label: str) -> CoreBlock:
         block = await self.get(label)
