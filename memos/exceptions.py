@@ -16,6 +16,7 @@ The hierarchy has three branches, one per audience::
     │   ├── EmbedderUnavailableError  a remote embedder kept failing (rate limit, server error) past its retries
     │   ├── OverloadedError           too many calls wait already (`memos.batching.QueueLimits`); retry after a moment
     │   ├── RecordChangedError        a record changed or vanished between its read and a conditional write
+    │   │   └── RecordSupersededError     a supersede of a record superseded already (supersede its successor)
     │   ├── RecordNotFoundError
     │   ├── BudgetError               a token budget that cannot be met
     │   ├── VaultKeyError             missing, wrong or corrupt vault key (defined in `memos.crypto`)
@@ -48,6 +49,7 @@ __all__ = [
     "ReadOnlyBlockError",
     "RecordChangedError",
     "RecordNotFoundError",
+    "RecordSupersededError",
     "ScopeError",
     "StoreFullError",
     "StoreUnavailableError",
@@ -145,6 +147,20 @@ class RecordChangedError(MemoryOSError):
         self.written = written
         super().__init__(f"{len(ids) - written} of {len(ids)} {memory_type} records changed or were deleted since they "
                          "were read; re-read them and try again")
+
+
+class RecordSupersededError(RecordChangedError):
+    """A supersede of a record that is superseded already (perhaps by another caller a moment
+    before): its successor is the current version; supersede that one, if still needed."""
+
+    def __init__(self, memory_type: str, record_id: str, successor: str | None) -> None:
+        self.memory_type = memory_type
+        self.ids = [record_id]
+        self.written = 0
+        self.successor = successor
+        MemoryOSError.__init__(self, f"{memory_type} record {record_id} is superseded already"
+                               + (f" by {successor}: that is its current version; supersede it instead if the change still applies"
+                                  if successor else "; supersede its current version instead"))
 
 
 class RecordNotFoundError(MemoryOSError, LookupError):

@@ -26,7 +26,14 @@ from memos.store.scope import Scope, Where, validate_record_id, validate_value
 from . import validation as check
 from ._sync import check_sync_twins, sync_classmethod_twin, sync_twin
 from .embeddings import TextEmbedder, resolve_embedder
-from .exceptions import ConfigError, InvalidRecordError, RecordChangedError, RecordNotFoundError, UnknownMemoryTypeError
+from .exceptions import (
+    ConfigError,
+    InvalidRecordError,
+    RecordChangedError,
+    RecordNotFoundError,
+    RecordSupersededError,
+    UnknownMemoryTypeError,
+)
 from .ingest import Message
 from .memtypes import BUILTIN_TYPES, Episode, MemoryRecord
 from .model_backend import MemoryAgent, ModelBackend
@@ -223,24 +230,22 @@ class MemoryOS(KernelServices):
         """Replace a record by a new one: the old closes its validity and links its successor."""
         check.check_scope(scope)
         check.check_record(new)
-        old = await self._load(scope, memory_type, old_id)
-        if type(new) is not type(old):
-            raise InvalidRecordError(f"a {old.memory_type} record can only be superseded by another {old.memory_type} record")
-        now = self.clock()
-        if new.valid_from is None:
-            new = self._revalidate(new, {"valid_from": now})
-        [added] = await self.add(scope, new, actor=actor)
+        async with self.exclusive(f"supersede\x1f{validate_record_id(old_id)}"):  # one successor a record, whoever asks at once
+            old = _supersedable(await self._load(scope, memory_type, old_id), new)
+            now = self.clock()
+            new = new if new.valid_from is not None else self._revalidate(new, {"valid_from": now})
+            [added] = await self.add(scope, new, actor=actor)
 
-        async def close(old: MemoryRecord | None = old) -> None:
-            old = old or await self._load(scope, memory_type, old_id)
-            closed = self._revalidate(old, {**superseded_marks(added.id, now), "updated_at": self.stamp(old)})
-            await self._write(old.memory_type, [closed], SUPERSEDE, actor, before={old.id: old}, vectors_from=old)
+            async def close(old: MemoryRecord | None = old) -> None:
+                old = old or await self._load(scope, memory_type, old_id)
+                closed = self._revalidate(old, {**superseded_marks(added.id, now), "updated_at": self.stamp(old)})
+                await self._write(old.memory_type, [closed], SUPERSEDE, actor, before={old.id: old}, vectors_from=old)
 
-        try:
-            await close()
-        except RecordChangedError:  # changed since it was read: close the fresh copy
-            await self._optimistic(lambda: close(None))
-        return added
+            try:
+                await close()
+            except RecordChangedError:  # changed since it was read (an update): close the fresh copy
+                await self._optimistic(lambda: close(None))
+            return added
 
     async def delete(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user") -> None:
         """Delete a record for real, its history included (right to be forgotten).
@@ -464,6 +469,16 @@ def _check_store_list(value: object, what: str, kinds: Any) -> None:
     """A collection (of `kinds`) of store names or record types; a lone name is the usual slip."""
     if isinstance(value, str | type) or not isinstance(value, kinds):
         raise ConfigError(f"{what} must be a list of store names, got {value!r}")
+
+
+def _supersedable(old: MemoryRecord, new: MemoryRecord) -> MemoryRecord:
+    """`old`, if `new` may supersede it: of the same type, and not superseded already (its successor is
+    the current version: `RecordSupersededError` names it)."""
+    if type(new) is not type(old):
+        raise InvalidRecordError(f"a {old.memory_type} record can only be superseded by another {old.memory_type} record")
+    if old.status == "superseded":
+        raise RecordSupersededError(old.memory_type, old.id, old.superseded_by)
+    return old
 
 
 def _search_statuses(include_inactive: bool, since: datetime | None, until: datetime | None) -> tuple[str, ...]:

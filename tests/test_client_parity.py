@@ -32,6 +32,7 @@ from memos.exceptions import (
     InvalidFilterError,
     InvalidRecordError,
     RecordNotFoundError,
+    RecordSupersededError,
     ScopeError,
     TextNotFoundError,
     UnknownBlockError,
@@ -152,6 +153,18 @@ def test_add_get_update_supersede_history_delete(memory):
     raises_exactly(RecordNotFoundError, api.get_sync, scope, Fact, new.id)
     assert api.history_sync(scope, new.id) == []
     raises_exactly(RecordNotFoundError, api.delete_sync, scope, Fact, new.id)
+
+
+def test_a_record_superseded_already_is_not_superseded_again(memory):
+    """One successor a record: a second supersede (perhaps a moment after another caller's) is
+    refused with the successor's id, and leaves one current version (before: two, both active)."""
+    api, scope = memory.api, memory.scope
+    [fact] = api.add_sync(scope, Fact(subject="car", summary="the car is red"))
+    new = api.supersede_sync(scope, Fact, fact.id, Fact(subject="car", summary="the car is blue"))
+    refused = raises_exactly(RecordSupersededError, api.supersede_sync, scope, Fact, fact.id, Fact(subject="car", summary="the car is green"))
+    assert new.id in str(refused)
+    assert api.get_sync(scope, Fact, new.id).status == "active" and api.get_sync(scope, Fact, fact.id).superseded_by == new.id
+    assert sorted(e.op for e in api.history_sync(scope)) == ["add", "add", "supersede"]  # nothing of the refused one
 
 
 def test_add_many_records_of_several_stores_in_one_call_keeps_their_classes(memory):

@@ -274,3 +274,20 @@ async def test_one_row_commits_are_compacted_in_the_background_within_thirty_com
     hits = await mem.search("turn 7 about tea", alice, k=3)
     assert hits and hits[0].record.summary == "turn 7 about tea"
     assert await mem.storage.count("episodic") == 30
+
+
+async def test_supersedes_of_one_record_at_once_through_two_opens_leave_one_successor(mem, db_path, embedder, clock, vault_key, alice):
+    """Each supersede adds a successor and closes the old record: at once (two requests, two server
+    workers: here two opens of one store), each added its own and all stayed active. Now they take
+    turns (`MemoryOS.exclusive`) and the later ones are refused with the successor's id."""
+    import asyncio
+
+    from memos.exceptions import RecordSupersededError
+
+    other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    [fact] = await mem.add(alice, Fact(subject="car", summary="the car is red"))
+    outcomes = await asyncio.gather(*((mem, other)[i % 2].supersede(alice, "semantic", fact.id, Fact(subject="car", summary=f"the car is color {i}"))
+                                      for i in range(4)), return_exceptions=True)
+    [winner] = [o for o in outcomes if isinstance(o, Fact)]
+    assert all(isinstance(o, RecordSupersededError) and winner.id in str(o) for o in outcomes if o is not winner)
+    assert [f.id for f in await mem.list(alice, "semantic", limit=None)] == [winner.id]

@@ -46,6 +46,8 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (ex.StoreUnavailableError, 503, "store_unavailable"),
     (ex.OverloadedError, 503, "overloaded"),
     (ex.CoreMemoryError, 422, "core_memory"),
+    (ex.RecordSupersededError, 409, "record_superseded"),
+    (ex.RecordChangedError, 409, "record_changed"),
     (ex.MemoryOSError, 500, "memory_error"),
 ]
 
