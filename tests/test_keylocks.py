@@ -63,3 +63,10 @@ def hash_bucket(key: str) -> int:
     import zlib
 
     return zlib.crc32(key.encode()) % BUCKETS
+
+
+async def test_any_string_is_a_key_a_lone_surrogate_too(tmp_path):
+    """Keys carry what callers and models send (a core block's label): a string that is no valid
+    UTF-8 still locks, and the caller's own validation decides what it means."""
+    async with KeyLocks(tmp_path).hold("core\x1fu\x1f\ud800"):
+        pass

@@ -49,7 +49,7 @@ class KeyLocks:
                 yield
             return
         self.folder.mkdir(exist_ok=True)
-        fd = await _take(self.folder / f"{zlib.crc32(key.encode()) % BUCKETS}.lock")
+        fd = await _take(self.folder / f"{zlib.crc32(key.encode('utf-8', 'surrogatepass')) % BUCKETS}.lock")  # any str: a model's label too
         try:
             yield
         finally:
