@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+from pathlib import Path
 
 import httpx2 as httpx
 import pytest
@@ -507,6 +507,32 @@ def test_two_server_processes_share_one_store_and_its_keys(store_dir):
             key_id = httpx.get(first.url + "/admin/keys", headers={"Authorization": f"Bearer {first.admin_key}"}).json()["keys"][0]["key_id"]
             httpx.delete(first.url + f"/admin/keys/{key_id}", headers={"Authorization": f"Bearer {first.admin_key}"})
             assert httpx.get(second.url + "/v1/core", headers=headers).status_code == 401  # refused there at once
+
+
+def test_a_view_connected_to_one_server_process_hears_the_writes_made_through_another(store_dir):
+    """The web view's `/v1/events` stream on one worker of `--workers N` gets the events of writes made
+    through the others (before: only its own worker's; the others' on the view's next refresh), for
+    its key's scope only, in the order they were made."""
+    with ServerProcess(store_dir) as first, ServerProcess(store_dir, admin_key=first.admin_key) as second:
+        alice = {"Authorization": f"Bearer {first.make_key('alice')}"}
+        bob = {"Authorization": f"Bearer {first.make_key('bob')}"}
+        with httpx.Client(base_url=first.url, headers=alice, timeout=10) as view, httpx.Client(base_url=second.url, timeout=30) as other:
+            with view.stream("GET", "/v1/events") as events:
+                lines = (line for line in events.iter_lines() if line and not line.startswith(": heartbeat"))
+                assert next(lines) == ": connected"
+                added = other.post("/v1/stores/semantic", json={"subject": "alice", "summary": "likes okapis"}, headers=alice).json()["id"]
+                other.post("/v1/stores/semantic", json={"subject": "bob", "summary": "bob's own"}, headers=bob)
+                assert other.delete(f"/v1/stores/semantic/{added}", headers=alice).status_code == 200
+                frames = []
+                for _ in range(2):  # a frame of bob's would come between the two
+                    kind, data = next(lines), next(lines)
+                    frames.append((kind, json.loads(data.removeprefix("data: "))))
+        assert [(kind, data["ids"], data["user_id"]) for kind, data in frames] == [("event: add", [added], "alice"),
+                                                                                   ("event: delete", [added], "alice")]
+        notices = Path(store_dir) / ".memos-notices"
+        posted = b"".join(p.read_bytes() for p in notices.glob("*.jsonl"))
+        assert posted.count(b'"who"') >= 3 and b"alice" not in posted and b"bob" not in posted  # users go in as pseudonyms only
+    assert list(notices.glob("*.jsonl")) == []  # a server that stops removes its notices
 
 
 def test_one_chat_session_posted_to_through_two_server_processes_at_once_keeps_every_turn_in_context(store_dir):

@@ -120,7 +120,7 @@ def _first(record: Any, *fields: str) -> Any:
 
 @router.get("/v1/events", tags=["view"], response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "Change events."}},
-            summary="Server-sent events: every write to the caller's scope made through this server "
+            summary="Server-sent events: every write to the caller's scope made through this server or another worker of its store "
             "(a revoked key's stream ends with a 'revoked' event within seconds).")
 async def events(caller: CallerDep) -> StreamingResponse:
     changes = caller.state.bus.stream(caller.scope, alive=caller.key_valid, check_every=RECHECK_SECONDS)

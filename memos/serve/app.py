@@ -109,8 +109,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: ServerState = app.state.memos
     with _encoder_threads(state.config.encoder_threads):
         async with app.state.mcp.running(app):
-            yield
-            await state.extractions.drain(DRAIN_SECONDS)
+            try:
+                yield
+                await state.extractions.drain(DRAIN_SECONDS)
+            finally:
+                state.bus.close()
 
 
 def create_app(config: ServeConfig | None = None) -> FastAPI:

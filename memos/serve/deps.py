@@ -106,6 +106,7 @@ class ServerState:
                     if embedder is not None and embedder.name.startswith("local:"):  # its weights load now, not in a request
                         await embedder.embed_query("warm up")
                     self.tenants = Tenants(self.memory)
+                    self.bus.attach(self.memory.storage.notices)  # events of the store's other processes too
         assert self.tenants is not None
         return self.memory, self.tenants
 

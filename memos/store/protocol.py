@@ -32,7 +32,7 @@ from memos.memtypes import MemoryRecord
 from .history import HistoryEntry
 from .read_cache import ReadCache
 
-__all__ = ["EVENT_TIME", "KeyLock", "RECORD", "RecordTable", "SharedIndex", "Store", "WriteQueue"]
+__all__ = ["EVENT_TIME", "KeyLock", "NoticeBoard", "RECORD", "RecordTable", "SharedIndex", "Store", "WriteQueue"]
 
 EVENT_TIME = "event_time"
 """The column holding each record's own time field (`time_field`: occurred_at for a turn)."""
@@ -108,6 +108,17 @@ class KeyLock(Protocol):
     def hold(self, key: str) -> AbstractAsyncContextManager[None]: ...
 
 
+class NoticeBoard(Protocol):
+    """Small notices one process of a store posts for its others (`memos.store.lancedb.notices`)."""
+
+    def pseudonym(self, value: str) -> str: ...
+    def post(self, notice: dict[str, Any]) -> None: ...
+    def skip(self) -> None: ...
+    def stop(self) -> None: ...
+    def read(self) -> list[dict[str, Any]]: ...
+    def close(self) -> None: ...
+
+
 class Store(Protocol):
     """An open store: one table per memory type, history, meta, and the shared search."""
 
@@ -130,6 +141,11 @@ class Store(Protocol):
     @property
     def locks(self) -> KeyLock:
         """Locks by key across every process of the store (read-only here)."""
+        ...
+
+    @property
+    def notices(self) -> NoticeBoard:
+        """Notices posted by one process of the store for the others (read-only here)."""
         ...
 
     # --- rows of a memory type ---------------------------------------------------------------

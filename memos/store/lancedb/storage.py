@@ -40,6 +40,7 @@ from .holding import hold_rows
 from .journal import Journal
 from .keylocks import KeyLocks
 from .lease import StoreLease, local_path
+from .notices import Notices
 from .presence import RowPresence, store_epochs, stored_rows
 from .purge import PURGE_WAIT, Purge
 from .search_index import SearchIndex
@@ -117,8 +118,8 @@ class Storage:
         root = local_path(uri)
         self.commits = CommitCounter(root)
         """Every process's commits, counted: a read finds what another acknowledged (`memos.store.lancedb.commits`)."""
-        self.locks = KeyLocks(root)
-        """Locks by key across the store's processes (`memos.store.lancedb.keylocks`)."""
+        self.locks, self.notices = KeyLocks(root), Notices(root)
+        """Locks by key, and notices one process posts for the others (`memos.store.lancedb.keylocks`, `.notices`)."""
         self.presence = RowPresence(READ_CONSISTENCY.total_seconds(), functools.partial(store_epochs, self) if root is not None else None)
         """Which tables hold rows, as far as this process knows (`memos.store.lancedb.presence`)."""
         self.behind = WriteBehind(self, Journal(root) if root is not None else None)
