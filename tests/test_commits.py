@@ -90,3 +90,24 @@ async def test_another_open_of_the_store_reads_a_meta_entry_at_once(tmp_path):
     assert (await second.storage.get_meta())["probe"] == "one"
     await first.storage.write_state({"probe": "two"})
     assert (await second.storage.get_meta())["probe"] == "two"
+
+
+async def test_a_short_counter_file_of_an_older_store_is_read_and_grown_then_read_mapped(tmp_path):
+    """Counters are read through a mapping of the whole file, which the first commit grows to its
+    full size; a shorter file (one slot written, as before) is read the old way until then."""
+    import os
+    import struct
+
+    from memos.store.lancedb.commits import FILE_SIZE, _slot
+
+    path = tmp_path / ".memos-commits"
+    path.write_bytes(b"\0" * (_slot("semantic") * 8) + struct.pack("<Q", 5))  # as an older memos left it
+    here, there = CommitCounter(tmp_path), CommitCounter(tmp_path)
+    epoch = here.epoch("semantic")
+    assert here._map is None and os.path.getsize(path) < FILE_SIZE
+    there.committed(["semantic"])
+    assert os.path.getsize(path) == FILE_SIZE and here.epoch("semantic") == epoch + 1 and here._map is not None
+    for n in range(3):  # read from the mapping: each commit of the other is seen at once
+        there.committed(["semantic", "notes"])
+        assert here.epoch("semantic") == epoch + 2 + n
+    assert here.epoch("semantic") == epoch + 4  # and nothing moves by itself

@@ -19,12 +19,19 @@ process last brought the table up to date, points the table's handle at its late
 first; a store counted empty stays so while neither its table's nor its rows' epoch moves
 (`memos.store.lancedb.presence`). A process's own commits never make its tables look stale. An
 object-storage store has no such file and keeps the interval.
+
+A search reads a few dozen counters (each store's table and rows, the journal's), so they are read
+through a read-only shared mapping of the file (a memory read, ~1 µs) rather than an open, a
+`pread` and a close each (~15 µs, 4% of a served search's CPU); a commit writes them with `pwrite`
+under the lock, which the mapping sees at once. The first commit grows the file to its full size
+(`SLOTS` counters), so it is mapped whole; a file not yet grown is read the old way.
 """
 
 from __future__ import annotations
 
 import fcntl
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -33,13 +40,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COMMITS_FILE", "CommitCounter", "SLOTS", "meta_of", "rows_of"]
+__all__ = ["COMMITS_FILE", "CommitCounter", "FILE_SIZE", "SLOTS", "meta_of", "rows_of"]
 
 COMMITS_FILE = ".memos-commits"
 SLOTS = 1024
 """Counters in the file (8 bytes each, read and written one by one): tables and memory types hash
 into them; a store's ~15 names rarely share one (a shared counter costs an extra look, no more)."""
 _COUNT = struct.Struct("<Q")
+FILE_SIZE = SLOTS * _COUNT.size
 log = logging.getLogger("memos.store.lancedb.commits")
 
 
@@ -69,6 +77,7 @@ class CommitCounter:
         self._expected: list[int | None] = [None] * SLOTS  # each counter as last seen here, plus this process's own commits since
         self._at: dict[str, int] = {}  # each table's epoch when its handle was last pointed at its latest version
         self._lock = threading.Lock()  # commits counted from several threads of this process
+        self._map: mmap.mmap | None = None  # the file, read-only, once it has its full size
 
     def _moved(self, slot: int, count: int) -> None:
         if count != self._expected[slot]:
@@ -81,18 +90,23 @@ class CommitCounter:
         if self.path is None:
             return 0
         slot = _slot(name)
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
+        if self._map is not None:
+            count = _COUNT.unpack_from(self._map, slot * _COUNT.size)[0]
+        else:
             try:
-                data = os.pread(fd, _COUNT.size, slot * _COUNT.size)
-            finally:
-                os.close(fd)
-        except FileNotFoundError:  # nothing counted yet
-            data = b""
-        except OSError as exc:
-            log.debug("commit counters of %s unreadable (%s)", self.path, exc)
-            return self._epochs[slot]
-        count = _COUNT.unpack(data)[0] if len(data) == _COUNT.size else 0
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    if os.fstat(fd).st_size >= FILE_SIZE:
+                        self._map = mmap.mmap(fd, FILE_SIZE, access=mmap.ACCESS_READ)
+                    data = os.pread(fd, _COUNT.size, slot * _COUNT.size)
+                finally:
+                    os.close(fd)  # a mapping outlives its descriptor
+            except FileNotFoundError:  # nothing counted yet
+                data = b""
+            except OSError as exc:
+                log.debug("commit counters of %s unreadable (%s)", self.path, exc)
+                return self._epochs[slot]
+            count = _COUNT.unpack(data)[0] if len(data) == _COUNT.size else 0
         with self._lock:
             self._moved(slot, count)
             return self._epochs[slot]
@@ -110,6 +124,8 @@ class CommitCounter:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX)
+                    if os.fstat(fd).st_size < FILE_SIZE:  # every counter in place (zeros): the readers map it whole
+                        os.ftruncate(fd, FILE_SIZE)
                     for slot in slots:
                         data = os.pread(fd, _COUNT.size, slot * _COUNT.size)
                         counts[slot] = (_COUNT.unpack(data)[0] if len(data) == _COUNT.size else 0) + 1
