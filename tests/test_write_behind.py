@@ -4,6 +4,7 @@ late in this process, written at exit, written by the next open after a crash, n
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import contextlib
 import shutil
@@ -516,3 +517,60 @@ async def test_the_turns_in_context_are_read_again_after_this_process_optimizes_
     monkeypatch.setattr(session, "_load_turns", load)
     await session.step("and the ferry back?")
     assert refreshed == [1]
+
+
+STOPPING = textwrap.dedent('''
+    import asyncio, os, signal, sys
+    os.environ["LANCE_LOG"] = "error"
+    from memos import MemoryOS, Scope
+    from memos.context.session import MemorySession
+
+    async def main(db):
+        mem = await MemoryOS.open(db, embedder=None)
+        mem.storage.behind.delay = 60  # nothing written by the delay
+        session = await MemorySession.open(mem, Scope("alice", "bot", "s1"))
+        print((await session.record_turn("user", "the bike is at the station")).id, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)  # stuck, its journal held: it can write nothing now
+        await asyncio.sleep(0.5)  # let on again: it writes what it holds as it exits
+
+    asyncio.run(main(sys.argv[1]))
+''')
+
+
+def test_a_stuck_writer_costs_the_others_one_wait_not_one_a_read(tmp_path: Path, monkeypatch):
+    """A process that journaled rows and then cannot write them (stopped, here) holds them: a read
+    in another process waits for them up to `others.WAIT` and goes ahead; later reads do not wait for
+    those rows again (before: every read that found the table's journal counter moved waited again),
+    and once the process writes them they are found."""
+    import signal
+
+    from memos.store.lancedb import others
+
+    monkeypatch.setattr(others, "WAIT", 0.3)
+    script, db = tmp_path / "stopping.py", tmp_path / "db"
+    script.write_text(STOPPING)
+    writer = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        stuck = writer.stdout.readline().strip()
+
+        async def meanwhile() -> None:
+            mem = await MemoryOS.open(db, embedder=None)
+            busy = await MemoryOS.open(db, embedder=None)  # another worker that goes on journaling turns
+            busy.storage.behind.delay = 60
+            session = await MemorySession.open(busy, Scope("alice", "bot", "s2"))
+            mine, waits = [], []
+            for n in range(4):  # each journals a turn there: the table's counter moves, the next read here looks again
+                mine.append((await session.record_turn("user", f"turn {n} here")).id)
+                listed = [e.id for e in await mem.list(Scope("alice", "bot", None), "episodic")]
+                assert set(mine) <= set(listed) and stuck not in listed
+                waits.append(mem.storage.retries.journal_waits)
+            assert waits[0] >= 1 and waits[-1] == waits[0]  # one wait a table it holds rows of (before: 3 more)
+            os.kill(writer.pid, signal.SIGCONT)
+            assert writer.wait(timeout=60) == 0  # it wrote its turn as it exited
+            assert stuck in [e.id for e in await mem.list(Scope("alice", "bot", None), "episodic")]
+
+        asyncio.run(meanwhile())
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(writer.pid, signal.SIGCONT)
+        writer.wait(timeout=60)

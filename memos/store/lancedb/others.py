@@ -15,7 +15,9 @@ journaled rows for the table and the read goes on. When it has moved, the read l
 processes' live journal segments; if they hold rows of the table, it asks them to write now (the
 `FLUSH` counter, which a process waiting to write a batch polls every `ASK_POLL` s instead of waiting
 out its delay) and waits until those rows have left the journals, their history and shared search
-rows written too, at most `WAIT` s; then it reads the table's newest version. A chat turn's shared
+rows written too, at most `WAIT` s; then it reads the table's newest version. Rows a read waited for
+in vain (their process stopped, or cannot write: a full disk) are not waited for again, so one stuck
+worker costs the others one wait, not one a read; they are still asked for. A chat turn's shared
 search rows wait with its row: a search waits for them the same way. An object-storage store has
 no journal: its rows are committed before they are acknowledged.
 """
@@ -63,6 +65,7 @@ class OtherQueues:
         self.tally = tally if tally is not None else Retries()
         """Where the reads that waited are counted (`Storage.retries`)."""
         self._seen: dict[str, int] = {}  # each table's journal epoch when no other process held its rows
+        self._given_up: dict[str, set[str]] = {}  # each table's rows a read waited `WAIT` for in vain: not waited for again
 
     def journaled(self, names: Collection[str]) -> None:
         """This process journaled rows for tables `names`: count them for the others."""
@@ -84,16 +87,21 @@ class OtherQueues:
         epoch = self.counter.epoch(journaled_of(name))
         if self._seen.get(name) == epoch:
             return
-        held = pending(await asyncio.to_thread(live_ids, self.root, others=True))
+        live = pending(await asyncio.to_thread(live_ids, self.root, others=True))
+        given_up = self._given_up.get(name, set()) & live  # (those written since are forgotten)
+        held = live - given_up
+        if live:
+            self.ask()  # rows given up on too: their process may be able to write them by now
         if held:
-            self.ask()
             began = time.monotonic()
             while held and time.monotonic() < began + WAIT:
                 await asyncio.sleep(POLL)
                 held &= pending(await asyncio.to_thread(live_ids, self.root, others=True))
-            if held:  # a process that cannot write them now (a full disk): read what is there
+            if held:  # a process that cannot write them now (stopped, a full disk): read what is there
                 log.warning("a read of %s went ahead while another process still holds %d journaled rows of it", name, len(held))
+                given_up |= held
             await table.checkout_latest()
             self.tally.journal_waits += 1
             self.tally.journal_wait_s += time.monotonic() - began
+        self._given_up[name] = given_up
         self._seen[name] = epoch
