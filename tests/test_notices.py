@@ -49,7 +49,8 @@ def test_a_full_file_goes_on_under_a_new_name_and_is_removed_once_readers_had_ti
     assert reader.read() == [{"n": 40}]
 
 
-def test_a_stale_file_is_removed_and_its_writer_starts_a_new_one(tmp_path):
+def test_a_stale_file_is_removed_and_its_writer_starts_a_new_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(notices, "QUIET_SECONDS", 0.0)  # (a writer quiet for a second looks)
     quiet, reader = Notices(tmp_path), Notices(tmp_path)
     quiet.post({"n": 1})
     [name] = os.listdir(tmp_path / NOTICES_DIR)

@@ -29,13 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KEEP_SECONDS", "NOTICES_DIR", "Notices", "ROTATE_BYTES", "ROTATE_SECONDS", "STALE_SECONDS"]
+__all__ = ["KEEP_SECONDS", "NOTICES_DIR", "Notices", "QUIET_SECONDS", "ROTATE_BYTES", "ROTATE_SECONDS", "STALE_SECONDS"]
 
 NOTICES_DIR = ".memos-notices"
 ROTATE_BYTES = 1 << 20
 ROTATE_SECONDS = 300.0
 KEEP_SECONDS = 60.0
 STALE_SECONDS = 600.0
+QUIET_SECONDS = 1.0
+"""A post after this long without one first checks that its file is still there (removed as stale)."""
 
 
 class Notices:
@@ -51,12 +53,19 @@ class Notices:
         self._retired: list[tuple[float, Path]] = []  # own full files, removed KEEP_SECONDS after
         self._offsets: dict[str, int] | None = None  # other processes' files: bytes read (None: not reading)
         self._salt: bytes | None = None
+        self._pseudonyms: dict[str, str] = {}
+        self._posted = 0.0  # when this process last posted (monotonic)
 
     def pseudonym(self, value: str) -> str:
         """`value` (a user id) as every process of the store writes it in a notice: a keyed hash."""
+        if (known := self._pseudonyms.get(value)) is not None:
+            return known
         if self._salt is None:
             self._salt = _salt(self.folder) if self.folder is not None else b""
-        return hmac.new(self._salt, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:32]
+        if len(self._pseudonyms) >= 4096:
+            self._pseudonyms.clear()
+        made = self._pseudonyms[value] = hmac.new(self._salt, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:32]
+        return made
 
     def post(self, notice: dict[str, Any]) -> None:
         """Append one notice (JSON-serialisable) for the store's other processes."""
@@ -65,7 +74,7 @@ class Notices:
         line = (json.dumps(notice, default=str, ensure_ascii=False) + "\n").encode()
         now = time.monotonic()
         if self._fd is not None and (self._size + len(line) > ROTATE_BYTES or now - self._opened > ROTATE_SECONDS
-                                     or os.fstat(self._fd).st_nlink == 0):
+                                     or (now - self._posted > QUIET_SECONDS and os.fstat(self._fd).st_nlink == 0)):
             self._retired.append((now, self._own()))
             os.close(self._fd)
             self._fd = None
@@ -75,7 +84,7 @@ class Notices:
             self._fd = os.open(self._own(), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
             self._size, self._opened = 0, now
         os.write(self._fd, line)  # one write of the whole line (O_APPEND): lines of one file never interleave
-        self._size += len(line)
+        self._size, self._posted = self._size + len(line), now
         while self._retired and now - self._retired[0][0] >= KEEP_SECONDS:
             with contextlib.suppress(FileNotFoundError):
                 self._retired.pop(0)[1].unlink()
