@@ -49,6 +49,8 @@ log = logging.getLogger("memos.store.lancedb.storage")
 JOURNAL_DIR = ".memos-journal"
 """The folder of a local store that holds the journal segments."""
 _SUFFIX = ".seg"
+_HEADER = struct.Struct("<II")  # payload length, CRC-32 of the payload
+_TABLE_KEY = b"memos.table"
 _OWN: tuple[int, str] = (0, "")
 
 
@@ -59,8 +61,6 @@ def own_prefix() -> str:
     if _OWN[0] != os.getpid():
         _OWN = (os.getpid(), uuid.uuid4().hex[:12] + "-")
     return _OWN[1]
-_HEADER = struct.Struct("<II")  # payload length, CRC-32 of the payload
-_TABLE_KEY = b"memos.table"
 
 
 @dataclass(eq=False)

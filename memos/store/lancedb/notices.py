@@ -125,7 +125,6 @@ class Notices:
         for name, size in sorted(sizes.items(), key=lambda item: _order(item[0])):
             at = self._offsets.get(name, 0)  # a file new since the last read: from its start
             if size <= at:
-                self._offsets[name] = at
                 continue
             with contextlib.suppress(FileNotFoundError), open(self.folder / name, "rb") as file:
                 file.seek(at)
