@@ -199,3 +199,30 @@ def test_serve_gives_each_encode_call_one_blas_thread_unless_told_otherwise(tmp_
     assert served[:3] == [("1", 1), ("3", 3), ("2", 2)]
     assert served[3][0] is None and 1 <= served[3][1] <= (os.cpu_count() or 1)
     assert runner.invoke(app, ["serve", "--db", db, "--encoder-threads", "-1"]).exit_code != 0
+
+
+def test_serve_caps_lancedbs_worker_threads_unless_told_otherwise(tmp_path, monkeypatch):
+    """LanceDB starts a worker thread per core in each process; a server caps them at
+    --store-threads (default 4, at most the cores), in its environment so that the workers it
+    spawns get the cap too; 0 leaves LanceDB's default, and a TOKIO_WORKER_THREADS the user set wins."""
+    import os
+
+    db = str(tmp_path / "db")
+    assert runner.invoke(app, ["init", db]).exit_code == 0
+    served: list[tuple[str | None, str | None]] = []
+    monkeypatch.setattr("memos.serve.run", lambda config, **_: served.append(
+        (os.environ.get("TOKIO_WORKER_THREADS"), os.environ.get("LANCE_CPU_THREADS"))))
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    for name in ("TOKIO_WORKER_THREADS", "LANCE_CPU_THREADS"):
+        monkeypatch.setenv(name, "-")  # restored after the test, whatever serve leaves
+    for args, env in [([], {}), (["--store-threads", "2"], {}), (["--store-threads", "64"], {}),
+                      (["--store-threads", "0"], {}), ([], {"TOKIO_WORKER_THREADS": "7"}), ([], {"MEMOS_STORE_THREADS": "3"})]:
+        for name in ("TOKIO_WORKER_THREADS", "LANCE_CPU_THREADS"):
+            monkeypatch.delenv(name)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert runner.invoke(app, ["serve", "--db", db, "--embedder", "none", *args]).exit_code == 0
+        for name in ("TOKIO_WORKER_THREADS", "LANCE_CPU_THREADS"):
+            monkeypatch.setenv(name, "-")
+    assert served == [("4", "4"), ("2", "2"), ("16", "16"), (None, None), ("7", None), ("3", "3")]
+    assert runner.invoke(app, ["serve", "--db", db, "--store-threads", "-1"]).exit_code != 0

@@ -49,6 +49,9 @@ def serve(
     encoder_threads: Annotated[int, typer.Option(min=0, max=256, envvar="MEMOS_ENCODER_THREADS",
                                                  help="BLAS threads of one call of the local encoder (0: the cores other "
                                                       "processes leave idle, as a script gets).")] = 1,
+    store_threads: Annotated[int, typer.Option(min=0, max=256, envvar="MEMOS_STORE_THREADS",
+                                               help="LanceDB's worker threads in each server process, at most the cores (0: "
+                                                    "LanceDB's default, one per core; TOKIO_WORKER_THREADS, if set, wins).")] = 4,
 ) -> None:
     """Serve a store over HTTP: the /v1 API (OpenAPI at /openapi.json) and the web view at /ui."""
     try:
@@ -66,6 +69,7 @@ def serve(
         choose_model(model)
     options = _options(storage_option)
     _encoder_threads(encoder_threads)
+    _store_threads(store_threads)
     console.print(f"memos serve: {db} on http://{host}:{port} (web view /ui, API /v1, schema /openapi.json)"
                   + ("" if admin_key else "; no admin key: /admin and vault reveals are off"))
     if workers == 1:
@@ -98,6 +102,21 @@ def _encoder_threads(threads: int) -> None:
     from memos.sentence_encoder import set_encode_threads
 
     set_encode_threads(threads)
+
+
+def _store_threads(threads: int) -> None:
+    """At most `threads` worker threads in LanceDB's runtimes, in this process and in the workers
+    it spawns (they inherit the environment). By default LanceDB runs one worker thread per core in
+    every process, and a server's many small concurrent queries keep them all waking and spinning:
+    on 16 cores (docs/benchmarks.md, issue 37), 100 clients, no embedder, capping at 4 took the
+    server's CPU an operation from 20.6 to 8.3 ms (one process) and 16.4 to 8.7 ms (two), and
+    served 279 -> 296 and 453 -> 506 operations a second. On 4 cores or fewer it changes nothing.
+    Set before the first table is opened: LanceDB reads these when it starts its runtimes."""
+    if threads == 0 or "TOKIO_WORKER_THREADS" in os.environ:
+        return
+    count = str(min(threads, os.cpu_count() or 1))
+    os.environ["TOKIO_WORKER_THREADS"] = count  # the runtime of LanceDB's Python binding
+    os.environ.setdefault("LANCE_CPU_THREADS", count)  # Lance's pool for compute
 
 
 @keys_app.command("create")
