@@ -2,7 +2,8 @@
 # memos with LanceDB -- `memos ingest` on each encoder device, then `memos bench serve` -- on a machine with many cores where memos' dependencies are not installed and
 # nothing can be fetched: they travel unpacked in one xz tarball (.whl/site.tar.xz: the packages
 # installed with `pip install --no-deps --target` for the machine's Python and platform; LanceDB's
-# wheel alone is over the transfer limit, its unpacked library compresses better), memos as a wheel.
+# wheel alone is over the transfer limit, its unpacked library compresses better; leave out what the
+# machine has: numpy, pyarrow, tokenizers, uvloop), memos as a wheel.
 # Before, here: memos' own wheel into .whl (`pip wheel --no-deps -w .whl .`) and, where the MiniLM
 # weights are installed, the weights-free model folder:
 #     .venv/bin/python -m memos.bench.embedder --export-model bench-model
@@ -35,6 +36,8 @@ if [ -n "$DATA" ]; then
     awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "wall_s %.1f\n", b - a }'
   done
 fi
-"$PY" -m memos.cli bench serve --clients "${CLIENTS:-1,20,100}" --embedder "${EMBEDDERS:-none,local}" \
+# the servers' local encoder on the CPU unless SERVE_DEVICE says otherwise: where torch sees a GPU
+# the default would move it there (measured apart: docs/benchmarks.md, "Served on 16 cores again")
+MEMOS_ENCODER_DEVICE=${SERVE_DEVICE:-cpu} "$PY" -m memos.cli bench serve --clients "${CLIENTS:-1,20,100}" --embedder "${EMBEDDERS:-none,local}" \
   --servers "${SERVERS:-1,2}" --writes "${WRITES:-10}" --searches "${SEARCHES:-10}" \
   --time-limit "${TIME_LIMIT:-30}" --json "$OUTDIR/serve.json"
