@@ -202,27 +202,27 @@ def test_serve_gives_each_encode_call_one_blas_thread_unless_told_otherwise(tmp_
 
 
 def test_serve_caps_lancedbs_worker_threads_unless_told_otherwise(tmp_path, monkeypatch):
-    """LanceDB starts a worker thread per core in each process; a server caps them at
-    --store-threads (default 4, at most the cores), in its environment so that the workers it
-    spawns get the cap too; 0 leaves LanceDB's default, and a TOKIO_WORKER_THREADS the user set wins."""
-    import os
+    """--store-threads (default 4; MEMOS_STORE_THREADS) reaches the served app's configuration,
+    and each worker's through the environment it is spawned with."""
+    from memos.serve.workers import app_from_env
 
     db = str(tmp_path / "db")
     assert runner.invoke(app, ["init", db]).exit_code == 0
-    served: list[tuple[str | None, str | None]] = []
-    monkeypatch.setattr("memos.serve.run", lambda config, **_: served.append(
-        (os.environ.get("TOKIO_WORKER_THREADS"), os.environ.get("LANCE_CPU_THREADS"))))
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    for name in ("TOKIO_WORKER_THREADS", "LANCE_CPU_THREADS"):
-        monkeypatch.setenv(name, "-")  # restored after the test, whatever serve leaves
-    for args, env in [([], {}), (["--store-threads", "2"], {}), (["--store-threads", "64"], {}),
-                      (["--store-threads", "0"], {}), ([], {"TOKIO_WORKER_THREADS": "7"}), ([], {"MEMOS_STORE_THREADS": "3"})]:
-        for name in ("TOKIO_WORKER_THREADS", "LANCE_CPU_THREADS"):
-            monkeypatch.delenv(name)
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        assert runner.invoke(app, ["serve", "--db", db, "--embedder", "none", *args]).exit_code == 0
-        for name in ("TOKIO_WORKER_THREADS", "LANCE_CPU_THREADS"):
-            monkeypatch.setenv(name, "-")
-    assert served == [("4", "4"), ("2", "2"), ("16", "16"), (None, None), ("7", None), ("3", "3")]
+    served: list[int] = []
+    monkeypatch.setattr("memos.serve.run", lambda config, **_: served.append(config.store_threads))
+    assert runner.invoke(app, ["serve", "--db", db, "--embedder", "none"]).exit_code == 0
+    assert runner.invoke(app, ["serve", "--db", db, "--embedder", "none", "--store-threads", "2"]).exit_code == 0
+    assert runner.invoke(app, ["serve", "--db", db, "--embedder", "none", "--store-threads", "0"]).exit_code == 0
+    assert runner.invoke(app, ["serve", "--db", db, "--embedder", "none"], env={"MEMOS_STORE_THREADS": "3"}).exit_code == 0
+    assert served == [4, 2, 0, 3]
     assert runner.invoke(app, ["serve", "--db", db, "--store-threads", "-1"]).exit_code != 0
+    made: list[int] = []
+    monkeypatch.setattr("memos.serve.workers.create_app", lambda config: made.append(config.store_threads))
+    monkeypatch.setenv("MEMOS_SERVE_DB", db)
+    for value in ("0", "5", None):
+        if value is None:
+            monkeypatch.delenv("MEMOS_SERVE_STORE_THREADS")
+        else:
+            monkeypatch.setenv("MEMOS_SERVE_STORE_THREADS", value)
+        app_from_env()
+    assert made == [0, 5, 4]

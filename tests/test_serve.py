@@ -125,6 +125,42 @@ async def test_a_worker_of_memos_serve_keeps_the_encoder_threads_it_was_started_
     assert seen == [None, "3", "1"] and "MEMOS_ENCODER_THREADS" not in os.environ
 
 
+def test_an_app_caps_lancedbs_worker_threads_before_its_store_opens(tmp_path, monkeypatch):
+    """An app that opens its own store sets `TOKIO_WORKER_THREADS` and `LANCE_CPU_THREADS` to
+    `ServeConfig.store_threads` (at most the cores) first, which LanceDB reads when it starts its
+    runtimes; a count already in the environment wins, 0 leaves LanceDB's default, and an app given
+    an open memory (whose runtimes have started) leaves the environment alone."""
+    import os
+
+    from memos.serve.app import cap_store_threads
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    names = ("TOKIO_WORKER_THREADS", "LANCE_CPU_THREADS")
+    for name in names:
+        monkeypatch.setenv(name, "-")  # so that what the apps set is undone after the test
+
+    def made(config: ServeConfig, **env: str) -> tuple[str | None, ...]:
+        for name in names:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        create_app(config)
+        return tuple(os.environ.get(name) for name in names)
+
+    db = str(tmp_path / "db")
+    assert made(ServeConfig(uri=db)) == ("4", "4")
+    assert made(ServeConfig(uri=db, store_threads=64)) == ("16", "16")
+    assert made(ServeConfig(uri=db, store_threads=0)) == (None, None)
+    assert made(ServeConfig(uri=db), TOKIO_WORKER_THREADS="7") == ("7", None)
+    assert made(ServeConfig(uri=db), LANCE_CPU_THREADS="2") == ("4", "2")
+    assert made(ServeConfig(memory=object())) == (None, None)  # type: ignore[arg-type]
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    cap_store_threads(4)
+    assert (os.environ["TOKIO_WORKER_THREADS"], os.environ["LANCE_CPU_THREADS"]) == ("2", "2")
+
+
 async def test_records_add_get_update_supersede_list_history_delete(api, clock):
     alice = await api.key("alice")
     r = await api.http.post("/v1/stores/semantic", json={"subject": "alice", "summary": "Alice lives in Lisbon"}, headers=alice)

@@ -69,20 +69,21 @@ def serve(
         choose_model(model)
     options = _options(storage_option)
     _encoder_threads(encoder_threads)
-    _store_threads(store_threads)
     console.print(f"memos serve: {db} on http://{host}:{port} (web view /ui, API /v1, schema /openapi.json)"
                   + ("" if admin_key else "; no admin key: /admin and vault reveals are off"))
     if workers == 1:
         from memos.serve import ServeConfig, run
 
         run(ServeConfig(uri=str(db), embedder=embedder_choice(embedder), admin_key=admin_key, model=model, extract=extract,
-                        storage_options=options, max_pending=max_pending, encoder_threads=encoder_threads), host=host, port=port, log_level=log_level)
+                        storage_options=options, max_pending=max_pending, encoder_threads=encoder_threads,
+                        store_threads=store_threads), host=host, port=port, log_level=log_level)
         return
     # several processes: uvicorn spawns each worker, which builds its app from the environment
     os.environ.update({"MEMOS_SERVE_DB": str(db), "MEMOS_SERVE_EMBEDDER": embedder, "MEMOS_SERVE_MODEL": model or "",
                        "MEMOS_SERVE_EXTRACT": "1" if extract else "0",
                        "MEMOS_SERVE_OPTIONS": __import__("json").dumps(options or {}),
-                       "MEMOS_SERVE_MAX_PENDING": str(max_pending), "MEMOS_SERVE_ENCODER_THREADS": str(encoder_threads)})
+                       "MEMOS_SERVE_MAX_PENDING": str(max_pending), "MEMOS_SERVE_ENCODER_THREADS": str(encoder_threads),
+                       "MEMOS_SERVE_STORE_THREADS": str(store_threads)})
     if admin_key:
         os.environ["MEMOS_ADMIN_KEY"] = admin_key
     # a worker imports memos, LanceDB and the embedder before it answers the supervisor's ping:
@@ -102,21 +103,6 @@ def _encoder_threads(threads: int) -> None:
     from memos.sentence_encoder import set_encode_threads
 
     set_encode_threads(threads)
-
-
-def _store_threads(threads: int) -> None:
-    """At most `threads` worker threads in LanceDB's runtimes, in this process and in the workers
-    it spawns (they inherit the environment). By default LanceDB runs one worker thread per core in
-    every process, and a server's many small concurrent queries keep them all waking and spinning:
-    on 16 cores (docs/benchmarks.md, issue 37), 100 clients, no embedder, capping at 4 took the
-    server's CPU an operation from 20.6 to 8.3 ms (one process) and 16.4 to 8.7 ms (two), and
-    served 279 -> 296 and 453 -> 506 operations a second. On 4 cores or fewer it changes nothing.
-    Set before the first table is opened: LanceDB reads these when it starts its runtimes."""
-    if threads == 0 or "TOKIO_WORKER_THREADS" in os.environ:
-        return
-    count = str(min(threads, os.cpu_count() or 1))
-    os.environ["TOKIO_WORKER_THREADS"] = count  # the runtime of LanceDB's Python binding
-    os.environ.setdefault("LANCE_CPU_THREADS", count)  # Lance's pool for compute
 
 
 @keys_app.command("create")

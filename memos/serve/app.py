@@ -104,6 +104,23 @@ def _encoder_threads(threads: int | None) -> Iterator[None]:
             os.environ[THREADS_ENV] = before
 
 
+def cap_store_threads(threads: int) -> None:
+    """At most `threads` worker threads in LanceDB's runtimes in this process (and the processes it
+    spawns, which inherit the environment). By default LanceDB runs one worker thread per core in
+    every process, and a server's many small concurrent queries keep them all waking and spinning:
+    on 16 cores (docs/benchmarks.md, issue 37), 100 clients, no embedder, capping them at 4 took the
+    server's CPU an operation from 20.6 to 8.3 ms (one process) and 16.4 to 8.7 ms (two), and
+    served 279 -> 296 and 453 -> 506 operations a second; on 4 cores or fewer it changes nothing.
+    LanceDB reads these variables when it starts its runtimes, at the first table opened in the
+    process: a process that opened one before keeps what it has. A `TOKIO_WORKER_THREADS` already
+    set wins; 0 leaves LanceDB's default."""
+    if threads <= 0 or "TOKIO_WORKER_THREADS" in os.environ:
+        return
+    count = str(min(threads, os.cpu_count() or 1))
+    os.environ["TOKIO_WORKER_THREADS"] = count  # the runtime of LanceDB's Python binding
+    os.environ.setdefault("LANCE_CPU_THREADS", count)  # Lance's pool for compute
+
+
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: ServerState = app.state.memos
@@ -121,6 +138,8 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
     from . import _routes_admin, _routes_facade, _routes_memory, _routes_view
 
     config = config or ServeConfig()
+    if config.memory is None:  # the store opens in this app, after this: LanceDB's runtimes start then
+        cap_store_threads(config.store_threads)
     mcp = McpEndpoint()
     app = FastAPI(
         title="memos", version="1",

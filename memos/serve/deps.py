@@ -69,6 +69,9 @@ class ServeConfig:
     `MEMOS_ENCODER_THREADS` and restores it after): None, `MEMOS_ENCODER_THREADS` if set, else 1
     (a server's parallelism is its concurrent requests, each encoding apart); 0, the encoder's own
     per-call choice (the cores other processes leave idle)."""
+    store_threads: int = 4
+    """LanceDB's worker threads in this process, at most the cores (`memos.serve.app.cap_store_threads`,
+    applied when the app is made for a store it opens itself); 0: LanceDB's default, one per core."""
 
 
 @dataclass

@@ -23,4 +23,5 @@ def app_from_env() -> FastAPI:
         storage_options=json.loads(os.environ.get("MEMOS_SERVE_OPTIONS") or "{}") or None,
         max_pending=int(os.environ.get("MEMOS_SERVE_MAX_PENDING") or MAX_PENDING),
         encoder_threads=int(threads) if (threads := os.environ.get("MEMOS_SERVE_ENCODER_THREADS")) else None,
+        store_threads=int(os.environ.get("MEMOS_SERVE_STORE_THREADS") or ServeConfig.store_threads),
     ))
