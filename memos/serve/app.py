@@ -27,7 +27,7 @@ from .errors import error_body, install_error_handlers
 from .mcp_http import MCP_PATH, McpEndpoint
 from .schemas import HealthOut
 
-__all__ = ["BodyLimit", "Caller", "ServeConfig", "ServerState", "create_app", "get_caller", "get_state", "require_admin"]
+__all__ = ["BodyLimit", "Caller", "ServeConfig", "ServerState", "cap_store_threads", "create_app", "get_caller", "get_state", "require_admin"]
 
 
 class BodyLimit:
