@@ -69,6 +69,7 @@ async def test_admin_stats_count_this_processs_add_and_query_queues(api):
     assert all(r.status_code == 200 and r.json()["hits"] for r in found)
     after = (await api.http.get("/admin/stats", headers=admin)).json()
     assert after["pid"] == os.getpid() and after["encoder_threads"] == os.environ.get("MEMOS_ENCODER_THREADS")
+    assert after["store_threads"] == os.environ.get("TOKIO_WORKER_THREADS")
     adds, was = after["adds"], before["adds"]
     assert adds["calls"] - was["calls"] == 8 and 1 <= adds["batches"] - was["batches"] <= 8
     assert adds["busy_s"] > was["busy_s"] and 0 < after["adds_embedding_s"] - before["adds_embedding_s"] <= adds["busy_s"] - was["busy_s"]
@@ -452,6 +453,41 @@ def test_a_real_server_on_loopback_writes_searches_and_pushes_events(store_dir):
             assert [h["record"]["summary"] for h in hits] == ["hello from a socket"]
             assert http.get("/ui").status_code == 200 and "memos" in http.get("/ui").text
             assert http.get("/ui/view.js").status_code == 200
+
+
+def test_each_worker_of_memos_serve_caps_lancedbs_threads_before_its_store_opens(store_dir):
+    """`memos serve --workers 2 --store-threads 1`: every worker process reports LanceDB's worker
+    threads capped at 1 (the cap is set in each worker before its store opens; LanceDB reads it
+    when its runtime starts)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from memos.bench.serve import free_port
+
+    port, admin = free_port(), "admin-" + "k" * 20
+    env = {**os.environ, "MEMOS_ADMIN_KEY": admin, "LANCE_LOG": "error"}
+    env.pop("TOKIO_WORKER_THREADS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "memos.cli", "serve", "--db", store_dir, "--port", str(port), "--embedder", "none",
+                             "--workers", "2", "--store-threads", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        seen: dict[int, str | None] = {}
+        deadline = time.monotonic() + 120
+        while len(seen) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else proc.returncode
+            try:  # a new connection each time: either worker may take it
+                r = httpx.get(f"http://127.0.0.1:{port}/admin/stats", headers={"Authorization": f"Bearer {admin}"}, timeout=30)
+            except httpx.HTTPError:
+                time.sleep(0.2)
+                continue
+            if r.status_code == 200:
+                seen[r.json()["pid"]] = r.json()["store_threads"]
+        assert seen and set(seen.values()) == {"1"}, seen
+        assert proc.pid not in seen  # answered by the spawned workers, not the supervisor
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def test_a_server_process_finds_at_once_what_another_of_the_store_acknowledged(store_dir):

@@ -388,6 +388,8 @@ class StatsOut(BaseModel):
     searches_pending: int = Field(description="Searches in progress now.")
     query_embeddings: QueueStatsOut | None = Field(description="Searches' queries embedded together; null before the first or without an embedder.")
     encoder_threads: str | None = Field(description="BLAS threads an encode call (`--encoder-threads`); null: the encoder's own choice.")
+    store_threads: str | None = Field(description="LanceDB's worker threads in this process (`--store-threads`, as "
+                                                  "`TOKIO_WORKER_THREADS`); null: LanceDB's default, one per core.")
     store_retries: RetriesOut | None = Field(description="LanceDB calls of this process tried again since the store opened; null: a store that does not count them.")
 
 
