@@ -76,7 +76,6 @@ async def _enter(locks: KeyLocks, key: str) -> str:
         return "held"
 
 
-
 async def test_any_string_is_a_key_a_lone_surrogate_too(tmp_path):
     """Keys carry what callers and models send (a core block's label): a string that is no valid
     UTF-8 still locks, and the caller's own validation decides what it means."""
