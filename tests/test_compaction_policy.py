@@ -14,6 +14,7 @@ from memos.memtypes import Episode
 
 from memos import MemoryOS, Scope
 from memos.bench.scale import HashedTokens
+from memos.store.lancedb.compaction import COMPACT_GAP, SEARCHED_COMPACT_EVERY, SEARCHED_COMPACT_GAP
 
 SCOPE = Scope("ann", "agent")
 
@@ -97,21 +98,32 @@ async def test_a_burst_of_commits_waits_for_the_last_optimize_to_rest_then_is_fo
 async def test_the_commits_of_concurrent_callers_are_folded_in_where_searches_scan_them(tmp_path):
     """A server's concurrent adds are one commit of the shared search table a batch, a few
     records a commit: its searches scan each such commit outside the indexes, several searches a
-    commit, so a table this process searches is optimized every `SEARCHED_COMPACT_EVERY` commits
-    instead of piling them up; a table no search reads (here the episodic one, which the shared
-    table answers for) is left to the size rules, as before."""
+    commit, so a table this process searches is optimized every `SEARCHED_COMPACT_EVERY` commits,
+    `SEARCHED_COMPACT_GAP` apart at least (a tenth of the one-second `COMPACT_GAP`), instead of
+    piling them up; a table no search reads (here the episodic one, which the shared table
+    answers for) is left to the size rules, as before."""
     memory, timer = await open_store(tmp_path)
     await memory.add(SCOPE, Episode(actor="ann", summary="the first turn about tea"), actor="test")
     assert await memory.search("tea", SCOPE, k=3)  # this process searches the shared table
-    for n in range(9):
-        await asyncio.gather(*(memory.add(SCOPE, Episode(actor="ann", summary=f"turn {n}.{i} about tea"), actor="test")
-                               for i in range(8)))
-    await memory.storage.settle()
-    assert memory.group.queue.batches == 10  # each round of 8 adds was one batch
     shared = memory.storage.search.table
-    assert int((await shared.stats())["fragment_stats"]["num_fragments"]) == 1  # its 10th commit was optimized at once
+
+    async def rounds(first: int, count: int) -> None:
+        for n in range(first, first + count):
+            await asyncio.gather(*(memory.add(SCOPE, Episode(actor="ann", summary=f"turn {n}.{i} about tea"), actor="test")
+                                   for i in range(8)))
+        await memory.storage.settle()
+
+    await rounds(0, SEARCHED_COMPACT_EVERY - 1)
+    assert memory.group.queue.batches == SEARCHED_COMPACT_EVERY  # each round of 8 adds was one batch
+    assert int((await shared.stats())["fragment_stats"]["num_fragments"]) == 1  # its 5th commit was optimized at once
+    assert SEARCHED_COMPACT_GAP < COMPACT_GAP
+    timer.now += SEARCHED_COMPACT_GAP  # the optimize took no time on this clock: the gap is what it rests
+    await rounds(SEARCHED_COMPACT_EVERY, SEARCHED_COMPACT_EVERY)
+    text_index = next(i.name for i in await shared.list_indices() if i.columns == ["text"])
+    assert (await shared.index_stats(text_index)).num_unindexed_rows == 0  # folded in again (a second's gap: 40 rows outside)
+    assert int((await shared.stats())["fragment_stats"]["num_fragments"]) == 2  # the indexed rows, and the new ones merged apart
     assert await fragments(memory) > 1  # the episodic table: not optimized
-    assert await memory.storage.count("episodic") == 73
+    assert await memory.storage.count("episodic") == 1 + 8 * (2 * SEARCHED_COMPACT_EVERY - 1)
     hits = await memory.search("turn 7.3 about tea", SCOPE, k=3)
     assert hits and hits[0].record.summary == "turn 7.3 about tea"
 

@@ -47,6 +47,7 @@ __all__ = [
     "SEARCHED_COMMIT_ROWS",
     "SEARCHED_COMPACT_DUTY",
     "SEARCHED_COMPACT_EVERY",
+    "SEARCHED_COMPACT_GAP",
     "SMALL_COMMIT_ROWS",
     "ending",
 ]
@@ -72,12 +73,17 @@ SEARCHED_COMMIT_ROWS = 32
 of a few dozen concurrent callers, committed together, are folded in every
 `SEARCHED_COMPACT_EVERY` commits, since every search scans each commit left outside the
 indexes; a bulk load's larger commits still wait."""
-SEARCHED_COMPACT_EVERY = 10
+SEARCHED_COMPACT_EVERY = 5
 """`COMPACT_EVERY` for a table this process searches: each commit outside its full-text index
 costs every search of it a scan, and such a table (the shared search table of a server) is
-searched several times a commit."""
+searched several times a commit. With `SEARCHED_COMPACT_GAP` it took a served search's tail
+from 13.5 commits on average to 7.6 (docs/benchmarks.md, "every 5 commits, 0.1 s apart")."""
 SEARCHED_COMPACT_DUTY = 1.5
 """`COMPACT_DUTY` for a table this process searches."""
+SEARCHED_COMPACT_GAP = 0.1
+"""`COMPACT_GAP` for a table this process searches: a server commits to its shared search table
+30-60 times a second, so a second between optimizes left up to 35 commits outside the
+full-text index for each search to scan; `SEARCHED_COMPACT_DUTY` still spaces a large table's."""
 MAX_COMMITS = 200
 """Commits after which a table is optimized whatever their size (fragments stay bounded)."""
 COMPACT_DUTY = 4.0
@@ -251,7 +257,7 @@ class Compaction:
             if not await turn.take(wait):
                 self.skipped += 1  # another process optimizes the table now, most of these commits included
                 state.commits += MAX_COMMITS  # the rest: due again after the gap (or once writes pause)
-                state.resting_until = self.timer() + COMPACT_GAP
+                state.resting_until = self.timer() + (SEARCHED_COMPACT_GAP if state.searched else COMPACT_GAP)
                 return
             try:
                 started = self.timer()
@@ -265,8 +271,8 @@ class Compaction:
                 ended = self.timer()
             finally:
                 turn.release()
-        duty = SEARCHED_COMPACT_DUTY if state.searched else COMPACT_DUTY
-        state.resting_until = ended + max(COMPACT_GAP, duty * (ended - started))
+        duty, gap = (SEARCHED_COMPACT_DUTY, SEARCHED_COMPACT_GAP) if state.searched else (COMPACT_DUTY, COMPACT_GAP)
+        state.resting_until = ended + max(gap, duty * (ended - started))
         if state.searched:
             await _prewarm(table)
         hooks, state.hooks = state.hooks, []
