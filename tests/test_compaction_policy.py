@@ -115,12 +115,12 @@ async def test_the_commits_of_concurrent_callers_are_folded_in_where_searches_sc
 
     await rounds(0, SEARCHED_COMPACT_EVERY - 1)
     assert memory.group.queue.batches == SEARCHED_COMPACT_EVERY  # each round of 8 adds was one batch
-    assert int((await shared.stats())["fragment_stats"]["num_fragments"]) == 1  # its 5th commit was optimized at once
+    assert int((await shared.stats())["fragment_stats"]["num_fragments"]) == 1  # its 10th commit was optimized at once
     assert SEARCHED_COMPACT_GAP < COMPACT_GAP
     timer.now += SEARCHED_COMPACT_GAP  # the optimize took no time on this clock: the gap is what it rests
     await rounds(SEARCHED_COMPACT_EVERY, SEARCHED_COMPACT_EVERY)
     text_index = next(i.name for i in await shared.list_indices() if i.columns == ["text"])
-    assert (await shared.index_stats(text_index)).num_unindexed_rows == 0  # folded in again (a second's gap: 40 rows outside)
+    assert (await shared.index_stats(text_index)).num_unindexed_rows == 0  # folded in again (a second's gap: 80 rows outside)
     assert int((await shared.stats())["fragment_stats"]["num_fragments"]) == 2  # the indexed rows, and the new ones merged apart
     assert await fragments(memory) > 1  # the episodic table: not optimized
     assert await memory.storage.count("episodic") == 1 + 8 * (2 * SEARCHED_COMPACT_EVERY - 1)

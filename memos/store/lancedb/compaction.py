@@ -73,17 +73,17 @@ SEARCHED_COMMIT_ROWS = 32
 of a few dozen concurrent callers, committed together, are folded in every
 `SEARCHED_COMPACT_EVERY` commits, since every search scans each commit left outside the
 indexes; a bulk load's larger commits still wait."""
-SEARCHED_COMPACT_EVERY = 5
+SEARCHED_COMPACT_EVERY = 10
 """`COMPACT_EVERY` for a table this process searches: each commit outside its full-text index
 costs every search of it a scan, and such a table (the shared search table of a server) is
-searched several times a commit. With `SEARCHED_COMPACT_GAP` it took a served search's tail
-from 13.5 commits on average to 7.6 (docs/benchmarks.md, "every 5 commits, 0.1 s apart")."""
+searched several times a commit."""
 SEARCHED_COMPACT_DUTY = 1.5
 """`COMPACT_DUTY` for a table this process searches."""
 SEARCHED_COMPACT_GAP = 0.1
 """`COMPACT_GAP` for a table this process searches: a server commits to its shared search table
-30-60 times a second, so a second between optimizes left up to 35 commits outside the
-full-text index for each search to scan; `SEARCHED_COMPACT_DUTY` still spaces a large table's."""
+30-60 times a second, so a second between optimizes left 11-14 commits on average (up to 35)
+outside the full-text index for each search to scan, 7 with this gap; `SEARCHED_COMPACT_DUTY`
+still spaces a large table's optimizes (docs/benchmarks.md, "optimized 0.1 s apart")."""
 MAX_COMMITS = 200
 """Commits after which a table is optimized whatever their size (fragments stay bounded)."""
 COMPACT_DUTY = 4.0
