@@ -7,6 +7,7 @@ chat's one-row commits are still folded in every `COMPACT_EVERY` commits."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ from memos.memtypes import Episode
 
 from memos import MemoryOS, Scope
 from memos.bench.scale import HashedTokens
-from memos.store.lancedb.compaction import COMPACT_GAP, SEARCHED_COMPACT_EVERY, SEARCHED_COMPACT_GAP
+from memos.store.lancedb import compaction
+from memos.store.lancedb.compaction import COMPACT_GAP, KEEP_VERSIONS, MIN_KEEP, SEARCHED_COMPACT_EVERY, SEARCHED_COMPACT_GAP, keep_versions
 
 SCOPE = Scope("ann", "agent")
 
@@ -226,3 +228,38 @@ async def test_processes_of_one_store_take_turns_to_optimize_a_table(tmp_path):
     assert await memory.storage.count("episodic") == 51
     hits = await memory.search("turn 44 about tea", SCOPE, k=3)
     assert hits and hits[0].record.summary == "turn 44 about tea"
+
+
+async def test_a_table_committed_to_many_times_a_second_keeps_fewer_old_versions(tmp_path, monkeypatch):
+    """LanceDB's cleanup reads every version it keeps at each optimize (~0.1 ms a version): a
+    server's shared search table, 20-60 commits a second, kept ten minutes' worth of versions, and
+    under a sustained load its optimizes grew to seconds and its throughput fell by three quarters
+    in five minutes. An automatic optimize now keeps about `KEPT_VERSIONS` commits' worth of time
+    at the table's pace (`MIN_KEEP` at least); a table committed to now and then keeps
+    `KEEP_VERSIONS`, as before. (Here 10 versions and no floor, so that seconds of a test show it.)"""
+    assert keep_versions(25, 2_400.0) == KEEP_VERSIONS  # one commit every 96 s: ten minutes
+    assert keep_versions(600, 10.0) == MIN_KEEP  # 60 a second: 8.3 s of them, 30 s at least
+    assert keep_versions(0, 0.0) == KEEP_VERSIONS  # the pace is unknown
+    monkeypatch.setattr(compaction, "KEPT_VERSIONS", 10)
+    monkeypatch.setattr(compaction, "MIN_KEEP", timedelta(0))
+    memory, timer = await open_store(tmp_path)
+    memory.storage.behind.journal = None  # each add commits its own rows
+    table = memory.storage.type_table("episodic").table
+
+    for n in range(25):  # one commit every 100 s: the 25th is optimized, keeping 10 minutes
+        timer.now += 100
+        await memory.add(SCOPE, Episode(actor="ann", summary=f"slow turn {n}"), actor="test")
+    await memory.storage.settle()
+    slow = len(await table.list_versions())
+    assert slow > 25  # every version of the slow commits is still there
+
+    for n in range(25):  # 20 commits a second: keep what 10 of them take, 0.5 s
+        timer.now += 0.05
+        if n == 24:
+            await asyncio.sleep(0.6)  # (the cleanup goes by the wall clock)
+        await memory.add(SCOPE, Episode(actor="ann", summary=f"fast turn {n}"), actor="test")
+    await memory.storage.settle()
+    assert len(await table.list_versions()) <= 5  # the versions older than 0.5 s are gone
+    assert await memory.storage.count("episodic") == 50
+    hits = await memory.search("slow turn 7", SCOPE, k=3)
+    assert hits and hits[0].record.summary == "slow turn 7"

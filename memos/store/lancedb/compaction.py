@@ -42,7 +42,9 @@ __all__ = [
     "HISTORY_COMPACT_EVERY",
     "INDEX_EVERY_ROWS",
     "KEEP_VERSIONS",
+    "KEPT_VERSIONS",
     "MAX_COMMITS",
+    "MIN_KEEP",
     "QUIET_AFTER",
     "SEARCHED_COMMIT_ROWS",
     "SEARCHED_COMPACT_DUTY",
@@ -50,6 +52,7 @@ __all__ = [
     "SEARCHED_COMPACT_GAP",
     "SMALL_COMMIT_ROWS",
     "ending",
+    "keep_versions",
 ]
 
 log = logging.getLogger("memos.store.lancedb.compaction")
@@ -94,7 +97,26 @@ COMPACT_GAP = 1.0
 QUIET_AFTER = 2.0
 """Seconds without a commit after which what the spacing holds back is folded in anyway."""
 KEEP_VERSIONS = timedelta(minutes=10)
-"""How long automatic compaction keeps old table versions (readers still on one can finish)."""
+"""How long automatic compaction keeps old table versions at most (readers still on one can finish)."""
+KEPT_VERSIONS = 500
+"""Old versions an automatic optimize keeps, about, of a table committed to many times a second
+(`keep_versions`): LanceDB's cleanup reads every version it keeps at each optimize, ~0.1 ms a
+version, so a server's shared search table, 20-60 commits a second, kept 10 minutes' worth
+(tens of thousands) and each optimize cost seconds."""
+MIN_KEEP = timedelta(seconds=30)
+"""...but never for less than this: a read or a write of another process still on an old version
+is tried again on the latest if its files went (`errors.retrying`); 30 s is 30 times the staleness
+a read allows (`storage.READ_CONSISTENCY`)."""
+
+
+def keep_versions(commits: int, seconds: float) -> timedelta:
+    """How long an automatic optimize keeps a table's old versions, the table having had `commits`
+    commits in this process in the last `seconds`: `KEEP_VERSIONS`, or as long as `KEPT_VERSIONS`
+    of its commits take at that pace if that is shorter, `MIN_KEEP` at least. (Other processes'
+    commits to the table are not counted: with several writing it, more versions stay.)"""
+    if commits <= 0 or seconds <= 0:
+        return KEEP_VERSIONS
+    return max(MIN_KEEP, min(KEEP_VERSIONS, timedelta(seconds=KEPT_VERSIONS * seconds / commits)))
 
 
 def ending() -> bool:
@@ -115,6 +137,8 @@ class _Schedule:
     quiet: asyncio.TimerHandle | None = None
     searched: bool = False
     hooks: list[weakref.WeakMethod[Callable[[], Awaitable[None]]]] = field(default_factory=list)
+    paced: int = 0  # commits since `paced_since` (the start of the last optimize, or the first commit)
+    paced_since: float | None = None
 
 
 TURN_FILE = ".memos-optimize-{}"
@@ -197,6 +221,9 @@ class Compaction:
             every = min(every, SEARCHED_COMPACT_EVERY)
         state.commits += 1
         state.rows += rows
+        state.paced += 1
+        if state.paced_since is None:
+            state.paced_since = self.timer()
         if ending():  # the next writer or the maintenance job does it
             return
         if self._due(state, every) and self.timer() >= state.resting_until and self._start(table, state, loop):
@@ -261,8 +288,10 @@ class Compaction:
                 return
             try:
                 started = self.timer()
+                keep = keep_versions(state.paced, started - state.paced_since if state.paced_since is not None else 0.0)
+                state.paced, state.paced_since = 0, started
                 try:
-                    await self._write(table, lambda: table.optimize(cleanup_older_than=KEEP_VERSIONS))
+                    await self._write(table, lambda: table.optimize(cleanup_older_than=keep))
                     state.sized = await table.count_rows()
                 except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the writes have committed
                     state.commits += MAX_COMMITS  # due again at the next commit
