@@ -101,8 +101,8 @@ KEEP_VERSIONS = timedelta(minutes=10)
 KEPT_VERSIONS = 500
 """Old versions an automatic optimize keeps, about, of a table committed to many times a second
 (`keep_versions`): LanceDB's cleanup reads every version it keeps at each optimize, ~0.1 ms a
-version, so a server's shared search table, 20-60 commits a second, kept 10 minutes' worth
-(tens of thousands) and each optimize cost seconds."""
+version (in process 78 -> 417 ms an optimize over 3,900 versions), and 10 minutes of a server's
+shared search table, 20-60 commits a second, are tens of thousands of versions."""
 MIN_KEEP = timedelta(seconds=30)
 """...but never for less than this: a read or a write of another process still on an old version
 is tried again on the latest if its files went (`errors.retrying`); 30 s is 30 times the staleness
