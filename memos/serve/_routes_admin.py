@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from memos.batching import Coalescer
 from memos.sentence_encoder import THREADS_ENV
 
-from .deps import AdminDep
+from .deps import STORE_THREADS_ENV, AdminDep
 from .errors import ApiError
 from .schemas import ERRORS, KeysOut, NewKeyOut, Revoked, StatsOut
 
@@ -64,5 +64,5 @@ async def stats(state: AdminDep) -> dict[str, Any]:
     queries = memory.embedder.query_queue if memory.embedder is not None else None
     return {"pid": os.getpid(), "adds": _queue(group.queue), "adds_embedding_s": round(group.embedded_s, 3),
             "searches_pending": memory.searches.inside(), "query_embeddings": _queue(queries) if queries is not None else None,
-            "encoder_threads": os.environ.get(THREADS_ENV), "store_threads": os.environ.get("TOKIO_WORKER_THREADS"),
+            "encoder_threads": os.environ.get(THREADS_ENV), "store_threads": os.environ.get(STORE_THREADS_ENV),
             "store_retries": dataclasses.asdict(retries) if (retries := getattr(memory.storage, "retries", None)) is not None else None}

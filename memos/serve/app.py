@@ -22,7 +22,7 @@ from starlette.types import Scope as AsgiScope
 
 from memos.sentence_encoder import THREADS_ENV, set_encode_threads
 
-from .deps import Caller, ServeConfig, ServerState, get_caller, get_state, require_admin
+from .deps import STORE_THREADS_ENV, Caller, ServeConfig, ServerState, get_caller, get_state, require_admin
 from .errors import error_body, install_error_handlers
 from .mcp_http import MCP_PATH, McpEndpoint
 from .schemas import HealthOut
@@ -114,10 +114,10 @@ def cap_store_threads(threads: int) -> None:
     LanceDB reads these variables when it starts its runtimes, at the first table opened in the
     process: a process that opened one before keeps what it has. A `TOKIO_WORKER_THREADS` already
     set wins; 0 leaves LanceDB's default."""
-    if threads <= 0 or "TOKIO_WORKER_THREADS" in os.environ:
+    if threads <= 0 or STORE_THREADS_ENV in os.environ:
         return
     count = str(min(threads, os.cpu_count() or 1))
-    os.environ["TOKIO_WORKER_THREADS"] = count  # the runtime of LanceDB's Python binding
+    os.environ[STORE_THREADS_ENV] = count
     os.environ.setdefault("LANCE_CPU_THREADS", count)  # Lance's pool for compute
 
 

@@ -27,7 +27,7 @@ from .events import EventBus
 from .extraction import Extractions
 from .tenancy import RECHECK_SECONDS, ApiKey, Tenants, check_admin, hash_token
 
-__all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "MAX_PENDING", "SCOPE_HEADER", "ServeConfig", "ServerState", "get_caller",
+__all__ = ["AdminDep", "Caller", "CallerDep", "MAX_BODY_BYTES", "MAX_PENDING", "SCOPE_HEADER", "STORE_THREADS_ENV", "ServeConfig", "ServerState", "get_caller",
            "get_state", "narrowed_scope", "require_admin"]
 
 
@@ -36,6 +36,9 @@ MAX_PENDING = 256
 worth, so a caller waits at most a few commits instead of ever longer."""
 MAX_BODY_BYTES = 1_000_000
 """Largest request body accepted (413 past it): bigger documents go in several resource records."""
+STORE_THREADS_ENV = "TOKIO_WORKER_THREADS"
+"""The variable LanceDB's Python binding sizes its runtime's worker threads by
+(`ServeConfig.store_threads`, set by `memos.serve.app.cap_store_threads`)."""
 
 
 @dataclass

@@ -140,6 +140,11 @@ class _Schedule:
     paced: int = 0  # commits since `paced_since` (the start of the last optimize, or the first commit)
     paced_since: float | None = None
 
+    def spacing(self) -> tuple[float, float]:
+        """(duty, gap): how long an optimize of this table rests after the last, as a multiple of that
+        one's duration and in seconds at least (`COMPACT_DUTY`, `COMPACT_GAP`; their SEARCHED_ twins)."""
+        return (SEARCHED_COMPACT_DUTY, SEARCHED_COMPACT_GAP) if self.searched else (COMPACT_DUTY, COMPACT_GAP)
+
 
 TURN_FILE = ".memos-optimize-{}"
 """The lock file, beside the tables, that the processes of one local store take turns on to
@@ -284,7 +289,7 @@ class Compaction:
             if not await turn.take(wait):
                 self.skipped += 1  # another process optimizes the table now, most of these commits included
                 state.commits += MAX_COMMITS  # the rest: due again after the gap (or once writes pause)
-                state.resting_until = self.timer() + (SEARCHED_COMPACT_GAP if state.searched else COMPACT_GAP)
+                state.resting_until = self.timer() + state.spacing()[1]
                 return
             try:
                 started = self.timer()
@@ -300,7 +305,7 @@ class Compaction:
                 ended = self.timer()
             finally:
                 turn.release()
-        duty, gap = (SEARCHED_COMPACT_DUTY, SEARCHED_COMPACT_GAP) if state.searched else (COMPACT_DUTY, COMPACT_GAP)
+        duty, gap = state.spacing()
         state.resting_until = ended + max(gap, duty * (ended - started))
         if state.searched:
             await _prewarm(table)
