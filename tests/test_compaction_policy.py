@@ -16,7 +16,16 @@ from memos.memtypes import Episode
 from memos import MemoryOS, Scope
 from memos.bench.scale import HashedTokens
 from memos.store.lancedb import compaction
-from memos.store.lancedb.compaction import COMPACT_GAP, KEEP_VERSIONS, MIN_KEEP, SEARCHED_COMPACT_EVERY, SEARCHED_COMPACT_GAP, keep_versions
+from memos.store.lancedb.compaction import (
+    COMPACT_EVERY,
+    COMPACT_GAP,
+    INDEX_DELTAS,
+    KEEP_VERSIONS,
+    MIN_KEEP,
+    SEARCHED_COMPACT_EVERY,
+    SEARCHED_COMPACT_GAP,
+    keep_versions,
+)
 
 SCOPE = Scope("ann", "agent")
 
@@ -263,3 +272,73 @@ async def test_a_table_committed_to_many_times_a_second_keeps_fewer_old_versions
     assert await memory.storage.count("episodic") == 50
     hits = await memory.search("slow turn 7", SCOPE, k=3)
     assert hits and hits[0].record.summary == "slow turn 7"
+
+
+async def layout(memory: MemoryOS, store: str = "episodic") -> tuple[list[int], int]:
+    """The table's fragment ids and its full-text index's parts, read with pylance (the test extra has it)."""
+    import lance
+
+    dataset = lance.dataset(await memory.storage.type_table(store).table.uri())
+    parts = next(len(index.segments) for index in dataset.describe_indices() if index.field_names == ["text"])
+    return [fragment.fragment_id for fragment in dataset.get_fragments()], parts
+
+
+async def chat(memory: MemoryOS, timer: Timer, first: int, turns: int = COMPACT_EVERY) -> None:
+    """`turns` one-row commits a second apart: the last is an optimize's."""
+    memory.storage.behind.journal = None  # each add commits its own row
+    for n in range(first, first + turns):
+        timer.now += 1.0
+        await memory.add(SCOPE, Episode(actor="ann", summary=f"turn {n}: ann asked about the ferry"), actor="test")
+    await memory.storage.settle()
+
+
+async def test_an_automatic_optimize_rewrites_the_new_rows_not_the_table(tmp_path):
+    """LanceDB's `optimize` merged every fragment under 1M rows and merged each index whole: every
+    optimize rewrote the table, and under a sustained load a server's optimizes grew with its store
+    until they took most of its CPU. With pylance, an automatic optimize merges only fragments
+    under `FRAGMENT_ROWS` and adds the new rows to each index as a part of its own, merging the
+    parts only once there are `INDEX_DELTAS`; what a search finds is the same."""
+    memory, timer = await open_store(tmp_path)
+    await add_then_rest(memory, timer, episodes(3_000, "base"))
+    (base,), before = await layout(memory)
+    assert before < INDEX_DELTAS - 1
+
+    await chat(memory, timer, 0)
+    fragments_now, parts = await layout(memory)
+    assert fragments_now[0] == base and len(fragments_now) == 2  # the 3,000 rows left where they were; the 25 turns in one
+    assert parts == before + 1 and await unindexed(memory) == 0  # the turns indexed as a part of their own
+
+    rounds = INDEX_DELTAS - before
+    for round_ in range(1, rounds):
+        await chat(memory, timer, round_ * COMPACT_EVERY)
+    fragments_now, parts = await layout(memory)
+    assert parts == INDEX_DELTAS and fragments_now[0] == base
+    await chat(memory, timer, rounds * COMPACT_EVERY)
+    fragments_now, parts = await layout(memory)
+    assert parts == 1 and await unindexed(memory) == 0  # the parts merged into one
+    assert fragments_now[0] == base  # and still no rewrite of the large fragment
+
+    assert await memory.storage.count("episodic") == 3_000 + (rounds + 1) * COMPACT_EVERY
+    last = rounds * COMPACT_EVERY + 3  # a turn of the last round
+    for summary in ("turn 3: ann asked about the ferry", f"turn {last}: ann asked about the ferry", "base 2718: ann walked to the harbour"):
+        hits = await memory.search(summary, SCOPE, k=3)
+        assert hits and hits[0].record.summary == summary
+
+
+async def test_without_pylance_an_automatic_optimize_is_lancedbs_own(tmp_path, monkeypatch):
+    """pylance comes with the `serve` extra; without it (or on object storage) an automatic
+    optimize is LanceDB's `optimize`, as before: the index merged whole, and the table rewritten
+    one step behind (the fragments the index covers are merged, all under its one part)."""
+    monkeypatch.setattr(compaction, "pylance", lambda: None)
+    memory, timer = await open_store(tmp_path)
+    await add_then_rest(memory, timer, episodes(3_000, "base"))
+    (base,), _ = await layout(memory)
+    await chat(memory, timer, 0)
+    fragments_now, parts = await layout(memory)
+    assert fragments_now[0] == base and parts == 1  # the new rows apart: not indexed when merged
+    await chat(memory, timer, COMPACT_EVERY)
+    fragments_now, parts = await layout(memory)
+    assert base not in fragments_now and parts == 1  # now the 3,000 rows were rewritten with the first round's
+    assert await unindexed(memory) == 0
+    hits = await memory.search("turn 3: ann asked about the ferry", SCOPE, k=3)
+    assert hits and hits[0].record.summary == "turn 3: ann asked about the ferry"

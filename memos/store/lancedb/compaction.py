@@ -34,12 +34,16 @@ from ._malloc import release_free_memory
 from .write_behind import closing
 
 __all__ = [
+    "CLEANUP_GAP",
     "COMPACT_DUTY",
     "COMPACT_EVERY",
     "COMPACT_GAP",
     "COMPACT_GROWTH",
     "Compaction",
+    "FRAGMENTS",
+    "FRAGMENT_ROWS",
     "HISTORY_COMPACT_EVERY",
+    "INDEX_DELTAS",
     "INDEX_EVERY_ROWS",
     "KEEP_VERSIONS",
     "KEPT_VERSIONS",
@@ -53,6 +57,7 @@ __all__ = [
     "SMALL_COMMIT_ROWS",
     "ending",
     "keep_versions",
+    "pylance",
 ]
 
 log = logging.getLogger("memos.store.lancedb.compaction")
@@ -109,6 +114,37 @@ is tried again on the latest if its files went (`errors.retrying`); 30 s is 30 t
 a read allows (`storage.READ_CONSISTENCY`)."""
 
 
+FRAGMENT_ROWS = 2_048
+"""An automatic optimize merges only fragments under this many rows (or a 64th of the table, if
+more), so it rewrites the new commits and the last partial fragment, not the table. LanceDB's own
+`optimize` merges every fragment under 1M rows: the whole table, at every optimize, a cost that
+grew with the table until a server under a sustained load spent most of its CPU on it
+(docs/benchmarks.md, "Optimizes that do not grow with the table")."""
+FRAGMENTS = 64
+"""...a 64th of the table: a table of millions of rows keeps its fragments (and a scan's count
+of them) in the tens of thousands of rows, while each optimize rewrites at most that much."""
+INDEX_DELTAS = 8
+"""Parts an index (other than a vector index) may have before an automatic optimize merges them into
+one: the others add the new rows to an index as a part of its own (a delta) instead of merging
+the whole index again, which for the full-text index cost in proportion to the table. A search
+reads every part. The maintenance job's optimize is LanceDB's own, which compacts whole."""
+CLEANUP_GAP = 10.0
+"""Seconds between two removals of a table's old versions by automatic optimizes, unless
+`KEPT_VERSIONS` commits came since the last: LanceDB's cleanup reads every version it keeps
+(~0.1-0.2 ms a version), so at every optimize of a table committed to many times a second it
+cost more than the optimize itself."""
+
+
+def pylance() -> Any:
+    """The `lance` package (pylance, the `serve` extra: `memos.store.lancedb.compaction`'s bounded
+    optimizes need its compaction target and delta indexes), or None: LanceDB's own `optimize`."""
+    try:
+        import lance
+    except ImportError:
+        return None
+    return lance
+
+
 def keep_versions(commits: int, seconds: float) -> timedelta:
     """How long an automatic optimize keeps a table's old versions, the table having had `commits`
     commits in this process in the last `seconds`: `KEEP_VERSIONS`, or as long as `KEPT_VERSIONS`
@@ -139,6 +175,8 @@ class _Schedule:
     hooks: list[weakref.WeakMethod[Callable[[], Awaitable[None]]]] = field(default_factory=list)
     paced: int = 0  # commits since `paced_since` (the start of the last optimize, or the first commit)
     paced_since: float | None = None
+    cleaned_at: float = float("-inf")  # when an automatic optimize last removed the table's old versions
+    uncleaned: int = 0  # commits since then
 
     def spacing(self) -> tuple[float, float]:
         """(duty, gap): how long an optimize of this table rests after the last, as a multiple of that
@@ -227,6 +265,7 @@ class Compaction:
         state.commits += 1
         state.rows += rows
         state.paced += 1
+        state.uncleaned += 1
         if state.paced_since is None:
             state.paced_since = self.timer()
         if ending():  # the next writer or the maintenance job does it
@@ -296,7 +335,7 @@ class Compaction:
                 keep = keep_versions(state.paced, started - state.paced_since if state.paced_since is not None else 0.0)
                 state.paced, state.paced_since = 0, started
                 try:
-                    await self._write(table, lambda: table.optimize(cleanup_older_than=keep))
+                    await self._fold_in(table, state, keep)
                     state.sized = await table.count_rows()
                 except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the writes have committed
                     state.commits += MAX_COMMITS  # due again at the next commit
@@ -316,6 +355,40 @@ class Compaction:
                     await hook()
                 except Exception as exc:  # a read ahead of need: the reader reads it when it needs it
                     log.debug("a read after optimizing %s skipped (%s)", table.name, exc)
+
+    async def _fold_in(self, table: Any, state: _Schedule, keep: timedelta) -> None:
+        """One automatic optimize of a local table: its small fragments merged (`FRAGMENT_ROWS`), the
+        new rows added to each index as a part of its own or all its parts merged (`INDEX_DELTAS`),
+        its versions older than `keep` removed (every `CLEANUP_GAP`). Without pylance, or on object
+        storage, LanceDB's own `optimize`, which rewrites the table and merges its indexes whole."""
+        lance = pylance() if self.root is not None else None
+        if lance is None:
+            await self._write(table, lambda: table.optimize(cleanup_older_than=keep))
+            return
+        cleanup = self.timer() >= state.cleaned_at + CLEANUP_GAP or state.uncleaned >= KEPT_VERSIONS
+        target = max(FRAGMENT_ROWS, state.sized // FRAGMENTS)
+
+        def run() -> None:
+            dataset = lance.dataset(uri)
+            dataset.optimize.compact_files(target_rows_per_fragment=target)
+            parts = {index.name: (len(index.segments), index.field_names) for index in dataset.describe_indices()}
+            deltas = [name for name, (n, fields) in parts.items() if fields != ["vector"] and n < INDEX_DELTAS]
+            merged = [name for name, (n, fields) in parts.items() if fields != ["vector"] and n >= INDEX_DELTAS]
+            vectors = [name for name, (_, fields) in parts.items() if fields == ["vector"]]
+            if deltas:
+                dataset.optimize.optimize_indices(index_names=deltas, num_indices_to_merge=0)
+            if merged:
+                dataset.optimize.optimize_indices(index_names=merged, num_indices_to_merge=max(parts[n][0] for n in merged))
+            if vectors:  # as LanceDB's optimize does it (`indexing.MAX_INDEX_PARTS` bounds the parts)
+                dataset.optimize.optimize_indices(index_names=vectors)
+            if cleanup:
+                dataset.cleanup_old_versions(older_than=keep)
+
+        uri = await table.uri()
+        await self._write(table, lambda: asyncio.to_thread(run))
+        if cleanup:
+            state.cleaned_at, state.uncleaned = self.timer(), 0
+        await table.checkout_latest()  # the commits were pylance's: this handle has not seen them
 
     async def optimize(self, table: Any) -> None:
         """Optimize `table` now, as an automatic optimize does (its prewarm and hooks included),
