@@ -126,3 +126,41 @@ def test_the_queue_summary_sums_the_servers_and_divides_by_batches():
                        "query_batch_ms": 50.0, "commit_conflicts": 4, "purged_reads": 1, "retry_sleep_s": 0.27,
                        "journal_waits": 3, "journal_wait_s": 0.25}  # (a server from before they were counted: none)
     assert queue_summary(before, [after[0], None]) is None and queue_summary([], []) is None
+
+
+async def test_a_held_run_reports_its_windows_and_reads_every_write_back_from_the_export(tmp_path):
+    """`--hold`: the clients alternate writes and searches for a time rather than a count, in two
+    load processes here, and the report cuts the run into windows; every acknowledged write is
+    looked for in the users' exports (no 1,000-record cap, as the list endpoint has)."""
+    with LoopbackServer(str(tmp_path)) as server:
+        tokens = {"u0": server.make_key("u0"), "u1": server.make_key("u1")}
+        run = await run_load([server.url], tokens, clients=4, writes=1, searches=1, time_limit=60, processes=2, hold=3.0, window=1.0)
+    assert run["hold_s"] == 3.0 and run["unfinished"] == 0 and run["errors"] == {} and not run["cut_off"]
+    assert run["operations"] > 8  # more than the 1 write + 1 search each that the counts would have given
+    assert run["acknowledged"] == run["found"] and run["lost"] == run["duplicated"] == 0
+    assert len(run["windows"]) == 3 and all(w["ops_s"] > 0 for w in run["windows"])
+    assert sum(w["operations"] for w in run["windows"]) == run["operations"]  # each acknowledged operation in one window
+
+
+def test_windows_cut_a_timeline_by_time_and_divide_the_servers_cpu_by_its_operations():
+    from memos.bench.serve import windows
+
+    timeline = [(100.0 + t, op, ms) for t, op, ms in ((0.5, "write", 500.0), (1.0, "search", 10.0), (1.5, "write", 20.0),
+                                                       (2.2, "search", 30.0), (2.5, "write", 40.0), (3.0, "search", 50.0))]
+    cpu = [(100.0, 1.0), (101.0, 1.2), (102.0, 1.6), (103.0, 1.7)]  # the first operation started at 100.0
+    rows = windows(timeline, 1.0, cpu)
+    assert windows(timeline, 1.0, cpu, span=3.0) == rows  # held 3 s: the same three windows
+    assert [r["operations"] for r in windows(timeline, 1.0, span=2.0)] == [1, 5]  # held 2 s: what ended after goes in the last
+    assert [r["t_s"] for r in rows] == [1.0, 2.0, 3.0]
+    assert [r["operations"] for r in rows] == [1, 2, 3] and [r["ops_s"] for r in rows] == [1.0, 2.0, 3.0]  # ends at 100.5 | 101.0, 101.5 | 102.2, 102.5, 103.0 (the last kept)
+    assert rows[1]["write_ms"]["p50"] == 20.0 and rows[1]["search_ms"]["p50"] == 10.0
+    assert [r["server_cpu_ms_per_op"] for r in rows] == [200.0, 200.0, 33.3]
+
+
+def test_a_held_run_is_one_combination():
+    from typer.testing import CliRunner
+
+    from memos.cli import app
+
+    out = CliRunner().invoke(app, ["bench", "serve", "--hold", "10", "--clients", "1,5"])
+    assert out.exit_code == 2 and "--hold runs one combination" in out.output

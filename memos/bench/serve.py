@@ -19,12 +19,19 @@ of them tops out near 400-500 operations a second, about what several server pro
 a 16-core machine: there the clients are spread over several processes (`load_processes`), which
 start together and report back to the run; on a small machine they stay in one, beside the
 servers.
+
+`hold` runs the same mix for a fixed time instead of a fixed count (`memos bench serve --hold 180`),
+and reports each `window` of it: ops/s, latency and the servers' CPU an operation as the store
+grows (a run of seconds does not show what a minute of growth costs). The read-back is the
+users' export (`GET /v1/export`), which has no cap, so a held run's writes are all checked too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import math
 import multiprocessing
 import os
 import secrets
@@ -46,7 +53,7 @@ from typing import Any
 from ._stats import percentiles
 
 __all__ = ["CURVE_CLIENTS", "CURVE_COLUMNS", "CURVE_EMBEDDERS", "CURVE_SERVERS", "ServerProcess", "curve_table", "free_port",
-           "load_processes", "loopback_s3", "process_cpu_seconds", "queue_summary", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve"]
+           "load_processes", "loopback_s3", "process_cpu_seconds", "queue_summary", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve", "windows"]
 
 USERS = 4
 CURVE_CLIENTS = (1, 5, 20, 50, 100)
@@ -212,6 +219,8 @@ class _Tally:
     retries: int = 0
     unfinished: int = 0
     """Operations that got no 2xx: failed after their tries, or were cut off at the time limit."""
+    timeline: list[tuple[float, str, float]] = field(default_factory=list)
+    """(monotonic end, operation, ms) of each acknowledged operation of a held run (`hold`)."""
 
 
 def retry_delay(value: str | None) -> float | None:
@@ -246,17 +255,25 @@ async def _send(send: Any, tally: _Tally, deadline: float) -> Any:
     return None
 
 
-async def _client(index: int, url: str, token: str, writes: int, searches: int, tag: str, tally: _Tally, deadline: float) -> None:
+def _operations(writes: int, searches: int, hold: bool) -> Iterator[str]:
+    """A client's operations: writes and searches alternating while both last, the rest of the
+    longer kind after; held, alternating until the time is up."""
+    if hold:
+        yield from itertools.cycle(("write", "search"))
+    order = [op for pair in zip(["write"] * writes, ["search"] * searches) for op in pair]
+    yield from order + ["write"] * (writes - len(order) // 2) + ["search"] * (searches - len(order) // 2)
+
+
+async def _client(index: int, url: str, token: str, writes: int, searches: int, tag: str, tally: _Tally, deadline: float,
+                  hold: bool = False) -> None:
     import httpx2
 
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx2.AsyncClient(base_url=url, headers=headers, timeout=120) as http:
-        # writes and searches alternate while both last, the rest of the longer kind follows
-        order = [op for pair in zip(["write"] * writes, ["search"] * searches) for op in pair]
-        order += ["write"] * (writes - len(order) // 2) + ["search"] * (searches - len(order) // 2)
-        for step, op in enumerate(order):
+        for step, op in enumerate(_operations(writes, searches, hold)):
             if time.perf_counter() >= deadline:
-                tally.unfinished += len(order) - step
+                if not hold:  # a held run's clients just stop starting operations
+                    tally.unfinished += writes + searches - step
                 return
             start = time.perf_counter()
             if op == "write":
@@ -269,21 +286,29 @@ async def _client(index: int, url: str, token: str, writes: int, searches: int, 
             if r is None or r.status_code >= 300:
                 tally.unfinished += 1
                 continue
-            tally.lat[op].append((time.perf_counter() - start) * 1000)  # the whole operation, waits for retries included
+            ms = (time.perf_counter() - start) * 1000  # the whole operation, waits for retries included
+            tally.lat[op].append(ms)
+            if hold:
+                tally.timeline.append((time.monotonic(), op, ms))
             if op == "write":
                 tally.acked.append((r.json()["user_id"], r.json()["id"], marker))
 
 
 async def _verify(url: str, tokens: dict[str, str], tag: str, acked: list[tuple[str, str, str]]) -> dict[str, int]:
+    """Every acknowledged write looked for in its user's export (all of it: the list endpoint stops at 1,000)."""
     import httpx2
 
     seen_ids: Counter[str] = Counter()
     seen_markers: Counter[str] = Counter()
-    async with httpx2.AsyncClient(base_url=url, timeout=120) as http:
-        for user, token in tokens.items():
-            r = await http.get("/v1/stores/semantic", params={"limit": 1000, "tags": tag}, headers={"Authorization": f"Bearer {token}"})
+    async with httpx2.AsyncClient(base_url=url, timeout=600) as http:
+        for token in tokens.values():
+            r = await http.get("/v1/export", headers={"Authorization": f"Bearer {token}"})
             r.raise_for_status()
-            for record in r.json()["records"]:
+            for line in r.text.splitlines():
+                entry = json.loads(line)
+                record = entry.get("record") if entry.get("kind") == "record" and entry.get("memory_type") == "semantic" else None
+                if record is None or tag not in record.get("tags", ()):
+                    continue
                 seen_ids[record["id"]] += 1
                 seen_markers[record["summary"].rsplit(" ", 1)[-1]] += 1
     lost = sum(1 for _, rid, _ in acked if seen_ids[rid] == 0)
@@ -312,13 +337,13 @@ def process_cpu_seconds(pids: list[int]) -> float | None:
 
 
 async def _clients(indices: list[int], urls: list[str], tokens: dict[str, str], writes: int, searches: int, tag: str,
-                   tally: _Tally, time_limit: float) -> bool:
+                   tally: _Tally, time_limit: float, hold: bool = False) -> bool:
     """Run the clients numbered `indices` (client i: server i mod servers, user i mod users) until
     they are done or `GRACE_S` past `time_limit`; whether some had to be cancelled."""
     users = list(tokens)
     deadline = time.perf_counter() + time_limit
-    tasks = [asyncio.ensure_future(_client(i, urls[i % len(urls)], tokens[users[i % len(users)]], writes, searches, tag, tally, deadline))
-             for i in indices]
+    tasks = [asyncio.ensure_future(_client(i, urls[i % len(urls)], tokens[users[i % len(users)]], writes, searches, tag, tally, deadline,
+                                           hold)) for i in indices]
     _, pending = await asyncio.wait(tasks, timeout=time_limit + GRACE_S)
     for task in pending:
         task.cancel()
@@ -327,21 +352,21 @@ async def _clients(indices: list[int], urls: list[str], tokens: dict[str, str], 
 
 
 def _load_part(out: Any, start: Any, indices: list[int], urls: list[str], tokens: dict[str, str], writes: int, searches: int,
-               tag: str, time_limit: float) -> None:
+               tag: str, time_limit: float, hold: bool = False) -> None:
     """One load process (spawned): its clients start when every process is at the start line,
     and what they measured goes back through `out`."""
     import httpx2  # noqa: F401  (imported before the start line, not inside the timed run)
 
     tally = _Tally()
     start.wait(START_TIMEOUT)
-    cut = asyncio.run(_clients(indices, urls, tokens, writes, searches, tag, tally, time_limit))
+    cut = asyncio.run(_clients(indices, urls, tokens, writes, searches, tag, tally, time_limit, hold))
     out.send({"lat": tally.lat, "acked": tally.acked, "errors": dict(tally.errors), "retries": tally.retries,
-              "unfinished": tally.unfinished, "cut": cut})
+              "unfinished": tally.unfinished, "cut": cut, "timeline": tally.timeline})
     out.close()
 
 
 async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[str, str], writes: int, searches: int, tag: str,
-                  tally: _Tally, time_limit: float) -> tuple[float, bool]:
+                  tally: _Tally, time_limit: float, hold: bool = False) -> tuple[float, bool]:
     """Run the clients in `processes` spawned processes that start together; their measures are
     added to `tally`. Returns the load's wall time (from the common start) and whether any client
     was cancelled."""
@@ -351,7 +376,7 @@ async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[st
     for k in range(processes):
         receive, send = context.Pipe(duplex=False)
         proc = context.Process(target=_load_part, args=(send, start, list(range(k, clients, processes)), urls, tokens, writes,
-                                                        searches, tag, time_limit), daemon=True)
+                                                        searches, tag, time_limit, hold), daemon=True)
         proc.start()
         send.close()
         parts.append((proc, receive))
@@ -373,6 +398,7 @@ async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[st
             tally.errors.update(part["errors"])
             tally.retries += part["retries"]
             tally.unfinished += part["unfinished"]
+            tally.timeline += [tuple(t) for t in part["timeline"]]  # CLOCK_MONOTONIC: one clock across processes
             cut = cut or part["cut"]
         return time.perf_counter() - began, cut
     finally:
@@ -383,25 +409,75 @@ async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[st
                 proc.kill()
 
 
+async def _sample_cpu(pids: list[int], samples: list[tuple[float, float]], every: float = 1.0) -> None:
+    """(monotonic time, the servers' CPU seconds) every `every` seconds, until cancelled."""
+    while True:
+        cpu = process_cpu_seconds(pids)
+        if cpu is not None:
+            samples.append((time.monotonic(), cpu))
+        await asyncio.sleep(every)
+
+
+def _cpu_at(samples: list[tuple[float, float]], when: float) -> float | None:
+    """The servers' CPU seconds at the sample nearest `when`."""
+    return min(samples, key=lambda s: abs(s[0] - when))[1] if samples else None
+
+
+def windows(timeline: list[tuple[float, str, float]], window: float, cpu: list[tuple[float, float]] | None = None,
+            span: float | None = None) -> list[dict[str, Any]]:
+    """A held run cut into `window`-second windows from its first operation's start (over `span`
+    seconds, its hold; the operations that end after go in the last): each window's operations,
+    ops/s, write and search p50/p95, and (with `cpu` samples) the servers' CPU an operation in it."""
+    if not timeline:
+        return []
+    origin, last = min(end - ms / 1000 for end, _, ms in timeline), max(end for end, _, _ in timeline)
+    count = max(1, math.ceil((last - origin if span is None else span) / window - 1e-6))
+    out = []
+    for k in range(count):
+        start = origin + k * window
+        end = origin + (k + 1) * window if k < count - 1 else max(last, origin + count * window if span is not None else last)
+        ops = [(op, ms) for t, op, ms in timeline if start <= t < end or (k == count - 1 and t >= start)]
+        row: dict[str, Any] = {"t_s": round(end - origin, 1), "operations": len(ops), "ops_s": round(len(ops) / max(end - start, 1e-9), 1),
+                               "write_ms": percentiles([ms for op, ms in ops if op == "write"], (50, 95)),
+                               "search_ms": percentiles([ms for op, ms in ops if op == "search"], (50, 95))}
+        if cpu:
+            before, after = _cpu_at(cpu, start), _cpu_at(cpu, end)
+            row["server_cpu_ms_per_op"] = round((after - before) * 1000 / len(ops), 1) if ops and before is not None and after is not None else None
+        out.append(row)
+    return out
+
+
 async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes: int, searches: int, *,
                    time_limit: float = 600.0, tag: str = "bench", server_pids: list[int] | None = None,
-                   processes: int | None = None, settle_s: float = 0.0) -> dict[str, Any]:
+                   processes: int | None = None, settle_s: float = 0.0, hold: float | None = None,
+                   window: float = 30.0) -> dict[str, Any]:
     """One run of `clients` clients spread over the servers at `urls` (each client one of `tokens`'
     users), its writes tagged `tag`; then every acknowledged write is looked for. Operations stop
     starting after `time_limit` seconds; those still in flight `GRACE_S` later are cancelled.
     With `server_pids`, the servers' CPU during the load (the read-back not counted) per operation.
     The clients run in this process, or in `processes` processes of their own (default:
     `load_processes`; never more than there are clients). `settle_s`: seconds to wait before the
-    read-back, for servers that see each other's writes only after a while (object storage)."""
+    read-back, for servers that see each other's writes only after a while (object storage).
+    `hold`: each client alternates writes and searches for that many seconds instead (`writes` and
+    `searches` unused), and the report has the run's `windows`."""
     processes = max(1, min(clients, load_processes(clients) if processes is None else processes))
+    held = hold is not None
+    if held:
+        time_limit = float(hold)  # type: ignore[arg-type]
     cpu_before = process_cpu_seconds(server_pids) if server_pids else None
+    samples: list[tuple[float, float]] = []
+    sampler = asyncio.ensure_future(_sample_cpu(server_pids, samples)) if held and server_pids else None
     tally = _Tally()
-    if processes == 1:
-        began = time.perf_counter()
-        cut = await _clients(list(range(clients)), urls, tokens, writes, searches, tag, tally, time_limit)
-        wall = time.perf_counter() - began
-    else:
-        wall, cut = await _spread(processes, clients, urls, tokens, writes, searches, tag, tally, time_limit)
+    try:
+        if processes == 1:
+            began = time.perf_counter()
+            cut = await _clients(list(range(clients)), urls, tokens, writes, searches, tag, tally, time_limit, held)
+            wall = time.perf_counter() - began
+        else:
+            wall, cut = await _spread(processes, clients, urls, tokens, writes, searches, tag, tally, time_limit, held)
+    finally:
+        if sampler is not None:
+            sampler.cancel()
     cpu_after = process_cpu_seconds(server_pids) if server_pids else None
     if len(urls) > 1 and settle_s:  # (on a local store every server finds every acknowledged write at once)
         await asyncio.sleep(settle_s)
@@ -415,6 +491,7 @@ async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes
         "cut_off": cut or (tally.unfinished > 0 and wall >= time_limit), "load_processes": processes, **check,
         "server_cpu_ms_per_op": (round((cpu_after - cpu_before) * 1000 / ops, 1)
                                  if cpu_before is not None and cpu_after is not None and ops else None),
+        **({"hold_s": hold, "windows": windows(sorted(tally.timeline), window, samples, hold)} if held else {}),
     }
 
 
@@ -493,13 +570,14 @@ async def _keys(procs: list[ServerProcess], prefix: str, s3: bool) -> dict[str, 
 
 async def run_serve_bench(clients: int = 20, writes: int = 10, searches: int = 10, servers: int = 1, *, embedder: str = "local",
                           s3: bool = False, path: Path | None = None, time_limit: float = 600.0,
-                          load_processes: int | None = None) -> dict[str, Any]:
+                          load_processes: int | None = None, hold: float | None = None, window: float = 30.0) -> dict[str, Any]:
     """Run the load test once and return its report (see the module docstring)."""
     started = time.perf_counter()
     with _servers(servers, embedder, s3=s3, path=path) as (procs, store):
         startup_s = time.perf_counter() - started
         tokens = await _keys(procs, "tenant", s3)
-        report = await _load(procs, tokens, clients, writes, searches, time_limit=time_limit, processes=load_processes)
+        report = await _load(procs, tokens, clients, writes, searches, time_limit=time_limit, processes=load_processes,
+                             hold=hold, window=window)
     return {**report, "store": store, "embedder": embedder, "server_startup_s": round(startup_s, 1)}
 
 

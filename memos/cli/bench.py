@@ -253,10 +253,14 @@ def serve(
                                                                  "(per run; default 600, in a curve 60).")] = None,
     load_processes: Annotated[int | None, typer.Option(min=1, max=32, help="Processes the clients run in (default: one per "
                                                                            "5 clients, at most a quarter of the cores).")] = None,
+    hold: Annotated[float | None, typer.Option(min=5, max=3600, help="Hold the load this many seconds instead of a count of "
+                                                                     "operations (--writes/--searches unused), reported by --window.")] = None,
+    window: Annotated[float, typer.Option(min=1, max=600, help="Seconds of a held run per reported window.")] = 30.0,
     json_out: Annotated[str, typer.Option("--json", help="Where to write the JSON report ('-' for stdout).")] = "-",
 ) -> None:
     """Load-test `memos serve` on loopback: throughput, p50/p95/p99, errors by status, and every acknowledged
-    write present exactly once; several values of --clients, --embedder or --servers (or --curve) run each combination."""
+    write present exactly once; several values of --clients, --embedder or --servers (or --curve) run each combination.
+    --hold keeps one combination's load up for a time and reports it window by window, as the store grows."""
     from memos.bench.serve import CURVE_CLIENTS, CURVE_EMBEDDERS, CURVE_SERVERS, run_serve_bench
 
     client_counts = _counts(clients, "--clients", 1, 200) if clients else CURVE_CLIENTS if curve else (20,)
@@ -264,15 +268,20 @@ def serve(
     embedders = tuple(e.strip() for e in embedder.split(",")) if embedder else CURVE_EMBEDDERS if curve else ("local",)
     if unknown := [e for e in embedders if e not in ("local", "none")]:
         fail(f"unknown --embedder {unknown[0]!r}; use 'local', 'none' or 'local,none'")
-    if writes * max(client_counts) > 4 * 1000:
-        fail("at most 4,000 writes in a run (the check reads each of the 4 users' 1,000 newest records)")
-    if len(client_counts) * len(server_counts) * len(embedders) > 1:
+    combinations = len(client_counts) * len(server_counts) * len(embedders)
+    if hold is not None and combinations > 1:
+        fail("--hold runs one combination: give one value of --clients, --servers and --embedder, without --curve")
+    if combinations > 1:
         _curve(client_counts, embedders, server_counts, writes, searches, s3, time_limit or 60.0, json_out, load_processes)
         return
-    console.print(f"memos bench serve: {client_counts[0]} clients × ({writes} writes + {searches} searches), {server_counts[0]} server(s)"
+    load = f"{hold:g} s of writes and searches" if hold is not None else f"({writes} writes + {searches} searches)"
+    console.print(f"memos bench serve: {client_counts[0]} clients × {load}, {server_counts[0]} server(s)"
                   f"{' on loopback S3' if s3 else ''}, embedder {embedders[0]}")
     report = run_sync(run_serve_bench(client_counts[0], writes, searches, server_counts[0], embedder=embedders[0], s3=s3,
-                                      time_limit=time_limit or 600.0, load_processes=load_processes))
+                                      time_limit=time_limit or 600.0, load_processes=load_processes, hold=hold, window=window))
+    for row in report.get("windows", []):
+        console.print(f"  t={row['t_s']:6.1f} s  {row['ops_s']:7.1f} ops/s  write p95 {row['write_ms']['p95']:7.1f} ms  "
+                      f"search p95 {row['search_ms']['p95']:7.1f} ms  CPU {row.get('server_cpu_ms_per_op')} ms/op", highlight=False, soft_wrap=True)
     emit_json(report, json_out)
     if report["lost"] or report["duplicated"]:
         fail(f"{report['lost']} acknowledged writes lost, {report['duplicated']} duplicated")
