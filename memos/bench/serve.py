@@ -462,8 +462,8 @@ async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes
     `searches` unused), and the report has the run's `windows`."""
     processes = max(1, min(clients, load_processes(clients) if processes is None else processes))
     held = hold is not None
-    if held:
-        time_limit = float(hold)  # type: ignore[arg-type]
+    if hold is not None:
+        time_limit = hold
     cpu_before = process_cpu_seconds(server_pids) if server_pids else None
     samples: list[tuple[float, float]] = []
     sampler = asyncio.ensure_future(_sample_cpu(server_pids, samples)) if held and server_pids else None
