@@ -434,9 +434,12 @@ def windows(timeline: list[tuple[float, str, float]], window: float, cpu: list[t
     count = max(1, math.ceil((last - origin if span is None else span) / window - 1e-6))
     out = []
     for k in range(count):
-        start = origin + k * window
-        end = origin + (k + 1) * window if k < count - 1 else max(last, origin + count * window if span is not None else last)
-        ops = [(op, ms) for t, op, ms in timeline if start <= t < end or (k == count - 1 and t >= start)]
+        start, final = origin + k * window, k == count - 1
+        if not final:
+            end = start + window
+        else:  # to the hold's end, or to the last operation's if that ended later (or there is no hold)
+            end = max(last, origin + count * window) if span is not None else last
+        ops = [(op, ms) for t, op, ms in timeline if t >= start and (final or t < end)]
         row: dict[str, Any] = {"t_s": round(end - origin, 1), "operations": len(ops), "ops_s": round(len(ops) / max(end - start, 1e-9), 1),
                                "write_ms": percentiles([ms for op, ms in ops if op == "write"], (50, 95)),
                                "search_ms": percentiles([ms for op, ms in ops if op == "search"], (50, 95))}

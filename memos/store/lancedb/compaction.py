@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memos._sync import best_effort, exiting
+from memos.store.schema import VECTOR_COLUMN
 
 from ._malloc import release_free_memory
 from .write_behind import closing
@@ -368,23 +369,25 @@ class Compaction:
         cleanup = self.timer() >= state.cleaned_at + CLEANUP_GAP or state.uncleaned >= KEPT_VERSIONS
         target = max(FRAGMENT_ROWS, state.sized // FRAGMENTS)
 
+        uri = await table.uri()
+
         def run() -> None:
             dataset = lance.dataset(uri)
             dataset.optimize.compact_files(target_rows_per_fragment=target)
-            parts = {index.name: (len(index.segments), index.field_names) for index in dataset.describe_indices()}
-            deltas = [name for name, (n, fields) in parts.items() if fields != ["vector"] and n < INDEX_DELTAS]
-            merged = [name for name, (n, fields) in parts.items() if fields != ["vector"] and n >= INDEX_DELTAS]
-            vectors = [name for name, (_, fields) in parts.items() if fields == ["vector"]]
+            indexes = dataset.describe_indices()
+            vectors = [index.name for index in indexes if index.field_names == [VECTOR_COLUMN]]
+            parts = {index.name: len(index.segments) for index in indexes if index.field_names != [VECTOR_COLUMN]}
+            deltas = [name for name, n in parts.items() if n < INDEX_DELTAS]
+            merged = [name for name, n in parts.items() if n >= INDEX_DELTAS]
             if deltas:
                 dataset.optimize.optimize_indices(index_names=deltas, num_indices_to_merge=0)
             if merged:
-                dataset.optimize.optimize_indices(index_names=merged, num_indices_to_merge=max(parts[n][0] for n in merged))
+                dataset.optimize.optimize_indices(index_names=merged, num_indices_to_merge=max(parts[n] for n in merged))
             if vectors:  # as LanceDB's optimize does it (`indexing.MAX_INDEX_PARTS` bounds the parts)
                 dataset.optimize.optimize_indices(index_names=vectors)
             if cleanup:
                 dataset.cleanup_old_versions(older_than=keep)
 
-        uri = await table.uri()
         await self._write(table, lambda: asyncio.to_thread(run))
         if cleanup:
             state.cleaned_at, state.uncleaned = self.timer(), 0
