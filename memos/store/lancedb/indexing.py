@@ -18,6 +18,8 @@ from typing import Any
 
 from lancedb.index import Bitmap, BTree
 
+from memos.store.schema import VECTOR_COLUMN
+
 from .purge import vector_index
 from .search_index import SEARCH_TABLE
 from .storage import Storage
@@ -74,13 +76,13 @@ async def ensure_indexes(storage: Storage, *, min_rows: int | None = None, max_p
                 await storage.rewrite(table, functools.partial(table.create_index, column, config=config(), replace=True))
                 notes.append(f"{kind}({column})")
         vectors = storage.embedder_name is not None
-        if needs_ann_index(rows, ("vector",) in indexed, min_rows=ann_rows, has_vectors=vectors):
+        if needs_ann_index(rows, (VECTOR_COLUMN,) in indexed, min_rows=ann_rows, has_vectors=vectors):
             ann = vector_index(rows)
-            await storage.rewrite(table, functools.partial(table.create_index, "vector", config=ann, replace=True))
+            await storage.rewrite(table, functools.partial(table.create_index, VECTOR_COLUMN, config=ann, replace=True))
             notes.append(f"ivf_hnsw_sq({ann.num_partitions} partitions)")
-        elif ("vector",) in indexed and (parts := await _vector_parts(storage, table)) > max_parts:
+        elif (VECTOR_COLUMN,) in indexed and (parts := await _vector_parts(storage, table)) > max_parts:
             ann = vector_index(rows)
-            await storage.rewrite(table, functools.partial(table.create_index, "vector", config=ann, replace=True))
+            await storage.rewrite(table, functools.partial(table.create_index, VECTOR_COLUMN, config=ann, replace=True))
             notes.append(f"ivf_hnsw_sq({ann.num_partitions} partitions) rebuilt from {parts} parts")
         done[name] = ", ".join(notes) or (f"{rows} rows: indexes present" if indexed - {("text",)} else f"{rows} rows: brute force")
         if notes:
@@ -90,6 +92,6 @@ async def ensure_indexes(storage: Storage, *, min_rows: int | None = None, max_p
 
 async def _vector_parts(storage: Storage, table: Any) -> int:
     """How many parts a table's vector index is in (1 when it was built and nothing appended since)."""
-    name = next(idx.name for idx in await storage.read(table, table.list_indices) if idx.columns == ["vector"])
+    name = next(idx.name for idx in await storage.read(table, table.list_indices) if idx.columns == [VECTOR_COLUMN])
     stats = await storage.read(table, lambda: table.index_stats(name))
     return int(stats.num_indices or 1) if stats is not None else 1
