@@ -17,6 +17,7 @@ async def test_a_tiny_curve_reports_each_run_and_every_acknowledged_write_is_the
         assert run["operations"] == run["clients"] * 3 and run["acknowledged"] == run["found"] == run["clients"] * 2
         assert run["errors"] == {} and run["lost"] == run["duplicated"] == 0 and run["throughput_ops_s"] > 0
         assert run["server_cpu_ms_per_op"] is not None and run["server_cpu_ms_per_op"] > 0  # a server spends CPU on requests
+        assert run["client_cpu_ms_per_op"] > 0 and 0 < run["machine_busy"] <= 1  # and so do the clients, on the same machine
         queues = run["server_queues"]  # from the server's GET /admin/stats, this run's share only
         assert queues["add_calls"] == run["clients"] * 2 and 1 <= queues["add_batches"] <= queues["add_calls"]
         assert queues["add_batch_ms"] > 0 and queues["query_batches"] == 0  # no embedder: no query is embedded
@@ -98,6 +99,7 @@ async def test_clients_spread_over_load_processes_start_together_and_every_write
     assert run["load_processes"] == 2 and run["operations"] == 25 and run["unfinished"] == 0 and run["errors"] == {}
     assert run["acknowledged"] == run["found"] == 15 and run["lost"] == run["duplicated"] == 0
     assert not run["cut_off"]
+    assert run["client_cpu_ms_per_op"] > 0  # the load processes' own CPU, sent back with their measures
 
 
 def test_the_clients_get_processes_of_their_own_only_on_a_machine_with_cores_to_spare(monkeypatch):

@@ -14,11 +14,12 @@ operations at its time limit. Each run also reports the servers' CPU per operati
 queues did during it (`server_queues`, from each server's `GET /admin/stats`: add batches and
 their callers, a batch's time, of which embedding, and the wait for more callers before it).
 
-The clients themselves cost CPU (~2 ms an operation: HTTP and JSON in Python), so one process
+The clients themselves cost CPU (1-2 ms an operation: HTTP and JSON in Python), so one process
 of them tops out near 400-500 operations a second, about what several server processes serve on
 a 16-core machine: there the clients are spread over several processes (`load_processes`), which
 start together and report back to the run; on a small machine they stay in one, beside the
-servers.
+servers. Each run reports that CPU too (`client_cpu_ms_per_op`) and how busy the machine's cores
+were (`machine_busy`), so a figure from a machine the clients share can be read as such.
 
 `hold` runs the same mix for a fixed time instead of a fixed count (`memos bench serve --hold 180`),
 and reports each `window` of it: ops/s, latency and the servers' CPU an operation as the store
@@ -53,7 +54,7 @@ from typing import Any
 from ._stats import percentiles
 
 __all__ = ["CURVE_CLIENTS", "CURVE_COLUMNS", "CURVE_EMBEDDERS", "CURVE_SERVERS", "ServerProcess", "curve_table", "free_port",
-           "load_processes", "loopback_s3", "process_cpu_seconds", "queue_summary", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve", "windows"]
+           "load_processes", "loopback_s3", "machine_ticks", "process_cpu_seconds", "queue_summary", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve", "windows"]
 
 USERS = 4
 CURVE_CLIENTS = (1, 5, 20, 50, 100)
@@ -336,6 +337,17 @@ def process_cpu_seconds(pids: list[int]) -> float | None:
     return total / ticks
 
 
+def machine_ticks() -> tuple[int, int] | None:
+    """The whole machine's CPU ticks so far, (busy, all), from /proc/stat (None where there is
+    none): busy is every tick but idle and iowait, on every core, whoever spent it."""
+    try:
+        with open("/proc/stat", "rb") as handle:
+            ticks = [int(x) for x in handle.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
 async def _clients(indices: list[int], urls: list[str], tokens: dict[str, str], writes: int, searches: int, tag: str,
                    tally: _Tally, time_limit: float, hold: bool = False) -> bool:
     """Run the clients numbered `indices` (client i: server i mod servers, user i mod users) until
@@ -359,17 +371,18 @@ def _load_part(out: Any, start: Any, indices: list[int], urls: list[str], tokens
 
     tally = _Tally()
     start.wait(START_TIMEOUT)
+    cpu = time.process_time()
     cut = asyncio.run(_clients(indices, urls, tokens, writes, searches, tag, tally, time_limit, hold))
     out.send({"lat": tally.lat, "acked": tally.acked, "errors": dict(tally.errors), "retries": tally.retries,
-              "unfinished": tally.unfinished, "cut": cut, "timeline": tally.timeline})
+              "unfinished": tally.unfinished, "cut": cut, "timeline": tally.timeline, "cpu_s": time.process_time() - cpu})
     out.close()
 
 
 async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[str, str], writes: int, searches: int, tag: str,
-                  tally: _Tally, time_limit: float, hold: bool = False) -> tuple[float, bool]:
+                  tally: _Tally, time_limit: float, hold: bool = False) -> tuple[float, bool, float]:
     """Run the clients in `processes` spawned processes that start together; their measures are
-    added to `tally`. Returns the load's wall time (from the common start) and whether any client
-    was cancelled."""
+    added to `tally`. Returns the load's wall time (from the common start), whether any client
+    was cancelled and the CPU seconds the load processes spent running their clients."""
     context = multiprocessing.get_context("spawn")  # never fork: the parent may have used LanceDB
     start = context.Barrier(processes + 1)
     parts = []
@@ -386,7 +399,7 @@ async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[st
         except threading.BrokenBarrierError as exc:
             raise RuntimeError(f"the {processes} load processes did not all start within {START_TIMEOUT:g} s") from exc
         began = time.perf_counter()
-        cut = False
+        cut, cpu = False, 0.0
         for proc, receive in parts:
             try:
                 part = await asyncio.to_thread(receive.recv)
@@ -400,7 +413,8 @@ async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[st
             tally.unfinished += part["unfinished"]
             tally.timeline += [tuple(t) for t in part["timeline"]]  # CLOCK_MONOTONIC: one clock across processes
             cut = cut or part["cut"]
-        return time.perf_counter() - began, cut
+            cpu += part["cpu_s"]
+        return time.perf_counter() - began, cut, cpu
     finally:
         for proc, receive in parts:
             receive.close()
@@ -458,6 +472,9 @@ async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes
     users), its writes tagged `tag`; then every acknowledged write is looked for. Operations stop
     starting after `time_limit` seconds; those still in flight `GRACE_S` later are cancelled.
     With `server_pids`, the servers' CPU during the load (the read-back not counted) per operation.
+    Also reported: the load processes' own CPU per operation (`client_cpu_ms_per_op`: on a small
+    machine the clients share the servers' cores) and the share of the machine's cores that were
+    busy meanwhile (`machine_busy`, 0-1, from /proc/stat; None without it).
     The clients run in this process, or in `processes` processes of their own (default:
     `load_processes`; never more than there are clients). `settle_s`: seconds to wait before the
     read-back, for servers that see each other's writes only after a while (object storage).
@@ -468,20 +485,22 @@ async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes
     if hold is not None:
         time_limit = hold
     cpu_before = process_cpu_seconds(server_pids) if server_pids else None
+    machine_before = machine_ticks()
     samples: list[tuple[float, float]] = []
     sampler = asyncio.ensure_future(_sample_cpu(server_pids, samples)) if held and server_pids else None
     tally = _Tally()
     try:
         if processes == 1:
-            began = time.perf_counter()
+            began, load_cpu = time.perf_counter(), time.process_time()
             cut = await _clients(list(range(clients)), urls, tokens, writes, searches, tag, tally, time_limit, held)
-            wall = time.perf_counter() - began
+            wall, load_cpu = time.perf_counter() - began, time.process_time() - load_cpu
         else:
-            wall, cut = await _spread(processes, clients, urls, tokens, writes, searches, tag, tally, time_limit, held)
+            wall, cut, load_cpu = await _spread(processes, clients, urls, tokens, writes, searches, tag, tally, time_limit, held)
     finally:
         if sampler is not None:
             sampler.cancel()
     cpu_after = process_cpu_seconds(server_pids) if server_pids else None
+    machine_after = machine_ticks()
     if len(urls) > 1 and settle_s:  # (on a local store every server finds every acknowledged write at once)
         await asyncio.sleep(settle_s)
     check = await _verify(urls[-1], tokens, tag, tally.acked)
@@ -494,6 +513,9 @@ async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes
         "cut_off": cut or (tally.unfinished > 0 and wall >= time_limit), "load_processes": processes, **check,
         "server_cpu_ms_per_op": (round((cpu_after - cpu_before) * 1000 / ops, 1)
                                  if cpu_before is not None and cpu_after is not None and ops else None),
+        "client_cpu_ms_per_op": round(load_cpu * 1000 / ops, 2) if ops else None,
+        "machine_busy": (round((machine_after[0] - machine_before[0]) / (machine_after[1] - machine_before[1]), 3)
+                         if machine_before is not None and machine_after is not None and machine_after[1] > machine_before[1] else None),
         **({"hold_s": hold, "windows": windows(sorted(tally.timeline), window, samples, hold)} if held else {}),
     }
 
@@ -607,8 +629,12 @@ async def run_serve_curve(clients: tuple[int, ...] = CURVE_CLIENTS, embedders: t
             "lost": sum(r["lost"] for r in rows), "duplicated": sum(r["duplicated"] for r in rows)}
 
 
-CURVE_COLUMNS = ("clients", "embedder", "servers", "ops/s", "server CPU ms/op", "write p50/p95/p99 ms", "search p50/p95/p99 ms",
+CURVE_COLUMNS = ("clients", "embedder", "servers", "ops/s", "server CPU ms/op", "clients' CPU ms/op", "machine busy", "write p50/p95/p99 ms", "search p50/p95/p99 ms",
                  "errors", "lost", "duplicated")
+
+
+def _share(value: float | None) -> str | None:
+    return None if value is None else f"{value:.0%}"
 
 
 def curve_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -617,5 +643,5 @@ def curve_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return f"{p['p50']:,.0f} / {p['p95']:,.0f} / {p['p99']:,.0f}"
 
     return [dict(zip(CURVE_COLUMNS, (r["clients"], r["embedder"], r["servers"], r["throughput_ops_s"],
-                                     r.get("server_cpu_ms_per_op"), ms(r["write_ms"]),
+                                     r.get("server_cpu_ms_per_op"), r.get("client_cpu_ms_per_op"), _share(r.get("machine_busy")), ms(r["write_ms"]),
                                      ms(r["search_ms"]), json.dumps(r["errors"]), r["lost"], r["duplicated"]))) for r in rows]
