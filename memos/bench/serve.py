@@ -379,10 +379,11 @@ def _load_part(out: Any, start: Any, indices: list[int], urls: list[str], tokens
 
 
 async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[str, str], writes: int, searches: int, tag: str,
-                  tally: _Tally, time_limit: float, hold: bool = False) -> tuple[float, bool, float]:
+                  tally: _Tally, time_limit: float, hold: bool = False) -> tuple[float, bool, float, tuple[int, int] | None]:
     """Run the clients in `processes` spawned processes that start together; their measures are
     added to `tally`. Returns the load's wall time (from the common start), whether any client
-    was cancelled and the CPU seconds the load processes spent running their clients."""
+    was cancelled, the CPU seconds the load processes spent running their clients and the
+    machine's `machine_ticks` at the common start (their start-up not counted)."""
     context = multiprocessing.get_context("spawn")  # never fork: the parent may have used LanceDB
     start = context.Barrier(processes + 1)
     parts = []
@@ -398,7 +399,7 @@ async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[st
             await asyncio.to_thread(start.wait, START_TIMEOUT)
         except threading.BrokenBarrierError as exc:
             raise RuntimeError(f"the {processes} load processes did not all start within {START_TIMEOUT:g} s") from exc
-        began = time.perf_counter()
+        began, ticks = time.perf_counter(), machine_ticks()
         cut, cpu = False, 0.0
         for proc, receive in parts:
             try:
@@ -414,7 +415,7 @@ async def _spread(processes: int, clients: int, urls: list[str], tokens: dict[st
             tally.timeline += [tuple(t) for t in part["timeline"]]  # CLOCK_MONOTONIC: one clock across processes
             cut = cut or part["cut"]
             cpu += part["cpu_s"]
-        return time.perf_counter() - began, cut, cpu
+        return time.perf_counter() - began, cut, cpu, ticks
     finally:
         for proc, receive in parts:
             receive.close()
@@ -495,7 +496,8 @@ async def run_load(urls: list[str], tokens: dict[str, str], clients: int, writes
             cut = await _clients(list(range(clients)), urls, tokens, writes, searches, tag, tally, time_limit, held)
             wall, load_cpu = time.perf_counter() - began, time.process_time() - load_cpu
         else:
-            wall, cut, load_cpu = await _spread(processes, clients, urls, tokens, writes, searches, tag, tally, time_limit, held)
+            wall, cut, load_cpu, machine_before = await _spread(processes, clients, urls, tokens, writes, searches, tag, tally,
+                                                                time_limit, held)
     finally:
         if sampler is not None:
             sampler.cancel()
