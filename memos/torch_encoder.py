@@ -19,13 +19,16 @@ from .sentence_encoder import SentenceEncoder, length_batches
 
 __all__ = ["TorchSentenceEncoder", "cpu_dtype_name", "cpu_has_bf16"]
 
-_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-"""CPU flags (as /proc/cpuinfo names them) of native bfloat16 matrix products."""
+_BF16_FLAGS = ("amx_bf16",)
+"""CPU flags (as /proc/cpuinfo names them) under which torch's bfloat16 products beat float32:
+AMX tiles. AVX-512 BF16 alone (`avx512_bf16`, as on AMD Zen 4 or Intel Cooper Lake) does not:
+on such a CPU torch's bfloat16 encoder ran LOCOMO turns at 91-93 texts/s against 146-151 in
+float32 on one thread, 176-180 against 272-285 on two (docs/benchmarks.md)."""
 
 
 def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
-    """True where the CPU multiplies bfloat16 natively (AMX or AVX-512 BF16, as /proc/cpuinfo
-    says; elsewhere torch would emulate it, slower than float32)."""
+    """True where torch multiplies bfloat16 faster than float32 on this CPU: where it has AMX
+    tiles for it, as /proc/cpuinfo says (`_BF16_FLAGS`; elsewhere bfloat16 is slower)."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
@@ -40,7 +43,7 @@ def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
 
 
 def cpu_dtype_name(cpuinfo: str | None = None) -> str:
-    """The dtype the torch encoder uses on this CPU: bfloat16 where it is native, else float32."""
+    """The dtype the torch encoder uses on this CPU: bfloat16 where it has AMX, else float32."""
     return "bfloat16" if cpu_has_bf16(cpuinfo) else "float32"
 
 

@@ -139,12 +139,14 @@ def test_a_gpu_that_is_not_there_is_a_config_error():
         local_embedder(device="cuda").embedder.encode(["hello"])
 
 
-def test_bfloat16_is_chosen_only_where_the_cpu_multiplies_it_natively():
+def test_bfloat16_is_chosen_only_where_the_cpu_has_amx_for_it():
     from memos.torch_encoder import cpu_dtype_name, cpu_has_bf16
 
     sapphire = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+    zen4 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_bf16\n"  # bfloat16 without AMX: slower
     ice_lake = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n"
     assert cpu_has_bf16(sapphire) and cpu_dtype_name(sapphire) == "bfloat16"
+    assert not cpu_has_bf16(zen4) and cpu_dtype_name(zen4) == "float32"
     assert not cpu_has_bf16(ice_lake) and cpu_dtype_name(ice_lake) == "float32"
     assert cpu_dtype_name("") == "float32"
 

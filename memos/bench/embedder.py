@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=_ints, default=[1], help="BLAS threads per worker, e.g. 1,2 (cpu).")
     parser.add_argument("--gpu-batch", type=_ints, default=[256, 1024], help="Texts per GPU batch to measure.")
     parser.add_argument("--dtype", type=_names, default=None,
-                        help="torch-cpu: dtypes to measure, e.g. float32,bfloat16 ('auto': bfloat16 where the CPU has it).")
+                        help="torch-cpu: dtypes to measure, e.g. float32,bfloat16 ('auto': bfloat16 where the CPU has AMX).")
     parser.add_argument("--pool", default="process", choices=("process", "thread"), help="Workers as processes or threads.")
     parser.add_argument("--passes", type=int, default=2, help="Timed passes; the best is reported.")
     parser.add_argument("--call", type=int, help="Texts an encode call (default 1,024, as ingest hands over; "
