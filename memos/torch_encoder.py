@@ -21,9 +21,10 @@ __all__ = ["TorchSentenceEncoder", "cpu_dtype_name", "cpu_has_bf16"]
 
 _BF16_FLAGS = ("amx_bf16",)
 """CPU flags (as /proc/cpuinfo names them) under which torch's bfloat16 products beat float32:
-AMX tiles. AVX-512 BF16 alone (`avx512_bf16`, as on AMD Zen 4 or Intel Cooper Lake) does not:
-on such a CPU torch's bfloat16 encoder ran LOCOMO turns at 91-93 texts/s against 146-151 in
-float32 on one thread, 176-180 against 272-285 on two (docs/benchmarks.md)."""
+AMX tiles. AVX-512 BF16 alone (`avx512_bf16`, the flags of AMD Zen 4 or Intel Cooper Lake) does
+not: on an Intel Xeon with it and no AMX, torch's bfloat16 encoder ran LOCOMO turns at 91-93
+texts/s against 146-151 in float32 on one thread, 176-180 against 272-285 on two
+(docs/benchmarks.md)."""
 
 
 def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
