@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from ._proc import machine_ticks
+
 __all__ = ["SHAPES_FILE", "SentenceEncoder", "THREADS_ENV", "blas_limit", "encode_threads", "free_cores", "length_batches",
            "random_weights", "safetensors_header", "set_encode_threads"]
 
@@ -321,15 +323,10 @@ class _OtherProcesses:
             return self._busy
 
     def _sample(self) -> tuple[float, float, float] | None:
-        try:
-            with open("/proc/stat", "rb") as f:
-                fields = f.readline().split()
-        except OSError:
+        ticks = machine_ticks()
+        if ticks is None:
             return None
-        # cpu user nice system idle iowait irq softirq steal ...: busy is all but idle and iowait
-        ticks = [int(x) for x in fields[1:9]]
-        busy = sum(ticks) - ticks[3] - ticks[4]
-        return time.monotonic(), busy / self._tick, time.process_time()
+        return time.monotonic(), ticks[0] / self._tick, time.process_time()
 
 
 _OTHERS = _OtherProcesses()

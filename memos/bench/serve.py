@@ -51,10 +51,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memos._proc import machine_ticks
+
 from ._stats import percentiles
 
 __all__ = ["CURVE_CLIENTS", "CURVE_COLUMNS", "CURVE_EMBEDDERS", "CURVE_SERVERS", "ServerProcess", "curve_table", "free_port",
-           "load_processes", "loopback_s3", "machine_ticks", "process_cpu_seconds", "queue_summary", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve", "windows"]
+           "load_processes", "loopback_s3", "process_cpu_seconds", "queue_summary", "retry_delay", "run_load", "run_serve_bench", "run_serve_curve", "windows"]
 
 USERS = 4
 CURVE_CLIENTS = (1, 5, 20, 50, 100)
@@ -335,17 +337,6 @@ def process_cpu_seconds(pids: list[int]) -> float | None:
         if int(entry) in wanted or int(fields[1]) in wanted:  # fields[1]: the parent's pid
             total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / ticks
-
-
-def machine_ticks() -> tuple[int, int] | None:
-    """The whole machine's CPU ticks so far, (busy, all), from /proc/stat (None where there is
-    none): busy is every tick but idle and iowait, on every core, whoever spent it."""
-    try:
-        with open("/proc/stat", "rb") as handle:
-            ticks = [int(x) for x in handle.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 async def _clients(indices: list[int], urls: list[str], tokens: dict[str, str], writes: int, searches: int, tag: str,
