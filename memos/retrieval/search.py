@@ -23,7 +23,7 @@ from memos.embeddings import TextEmbedder
 from memos.store.fulltext import cjk_share, query_words
 from memos.store.protocol import EVENT_TIME, RECORD, Store
 from memos.store.read_cache import FORGET
-from memos.store.scope import Scope, Where, sql_in, valid_at
+from memos.store.scope import Scope, Where, valid_at
 from memos.time_bounds import shift
 
 from .aggregation import aggregates, spread_sessions
@@ -180,10 +180,13 @@ async def search(
         if shared:
             conditions = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
                           .tags_any(request.tags))
-            where = (conditions if whole else conditions.raw(sql_in("memory_type", shared))).condition()
+            if not whole:
+                conditions.any_of("memory_type", shared)
+            where = conditions.condition()
             limit = per_list * len(shared)  # as many candidates as the per-store lists gave together
             if vector is not None:
-                jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit, with_text=with_text)))
+                jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit, with_text=with_text,
+                                                                            test=conditions.test())))
             if text:
                 jobs.append((SHARED, "text", storage.search.text_search(text, where, limit, with_text=with_text)))
         if "entity" in storage.memory_types() and request.policy.graph_weight > 0:

@@ -31,6 +31,7 @@ from memos.memtypes import MemoryRecord
 
 from .history import HistoryEntry
 from .read_cache import ReadCache
+from .scope import RowTest
 
 __all__ = ["EVENT_TIME", "KeyLock", "NoticeBoard", "RECORD", "RecordTable", "SharedIndex", "Store", "WriteQueue"]
 
@@ -75,7 +76,8 @@ class SharedIndex(Protocol):
 
     def covers(self, memory_type: str) -> bool: ...
 
-    async def vector_search(self, vector: list[float], where: str, limit: int, *, with_text: bool = False) -> list[dict[str, Any]]: ...
+    async def vector_search(self, vector: list[float], where: str, limit: int, *, with_text: bool = False,
+                            test: RowTest | None = None) -> list[dict[str, Any]]: ...
 
     async def text_search(self, text: str, where: str, limit: int, *, with_text: bool = False) -> list[dict[str, Any]]: ...
 

@@ -18,15 +18,16 @@ doubles single quotes. Column names are never taken from input.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from memos.exceptions import InvalidFilterError
 
-__all__ = ["MAX_ID_LENGTH", "Scope", "Stamp", "Where", "sql_in", "sql_string", "valid_at", "validate_record_id", "validate_value"]
+__all__ = ["MAX_ID_LENGTH", "RowTest", "Scope", "Stamp", "Where", "sql_in", "sql_string", "valid_at", "validate_record_id", "validate_value"]
 
 MAX_ID_LENGTH = 256
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -145,6 +146,32 @@ class Scope:
         return "/".join(x for x in (self.user_id, self.agent_id, self.session_id) if x)
 
 
+def _utc(value: datetime, what: str) -> datetime:
+    _timestamp(value, what)  # the same checks
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _in_scope(scope: Scope, row: Mapping[str, Any]) -> bool:
+    user, agent, session = row.get("user_id"), row.get("agent_id"), row.get("session_id")
+    return isinstance(user, str) and isinstance(agent, str) and isinstance(session, str) and scope.contains(user, agent, session)
+
+
+class _Null:
+    """A missing value in a comparison: false either way, as SQL's NULL."""
+
+    def __ge__(self, other: object) -> bool:
+        return False
+
+    __le__ = __lt__ = __gt__ = __ge__
+
+
+def _row_time(row: Mapping[str, Any], column: str) -> Any:
+    value = row.get(column)
+    if not isinstance(value, datetime):
+        return _Null()
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
 def _timestamp(value: datetime, what: str) -> str:
     if not isinstance(value, datetime):
         raise InvalidFilterError(f"{what} must be a datetime, got {type(value).__name__}")
@@ -162,49 +189,83 @@ def valid_at(when: datetime) -> str:
     return f"valid_to IS NULL OR valid_to > {_timestamp(when, 'until')}"
 
 
+RowTest = Callable[[Mapping[str, Any]], bool]
+"""A `Where` as a test of one row (a dict of column values, as written)."""
+
+
 class Where:
-    """Builds a conjunction of safe conditions, starting from a scope."""
+    """Builds a conjunction of safe conditions, starting from a scope; `test` gives the same
+    conditions as a test of a row in Python (for rows held in memory, never for stored ones)."""
 
     def __init__(self, scope: Scope | None = None) -> None:
         self._parts: list[str] = [scope.where()] if scope is not None else []
+        self._tests: list[RowTest] | None = [] if scope is None else [functools.partial(_in_scope, scope)]
+
+    def _add(self, condition: str, test: RowTest | None) -> Where:
+        self._parts.append(condition)
+        if test is None:
+            self._tests = None
+        elif self._tests is not None:
+            self._tests.append(test)
+        return self
 
     def eq(self, column: str, value: object) -> Where:
-        self._parts.append(f"{column} = {sql_string(validate_value(value, column, allow_empty=True))}")
-        return self
+        text = validate_value(value, column, allow_empty=True)
+        return self._add(f"{column} = {sql_string(text)}", lambda row: row.get(column) == text)
 
     def id_in(self, ids: list[str]) -> Where:
-        self._parts.append(sql_in("id", [validate_record_id(i) for i in ids]))
-        return self
+        return self.any_of("id", [validate_record_id(i) for i in ids])
+
+    def any_of(self, column: str, values: Iterable[str]) -> Where:
+        """`column` is one of `values` (validated strings; none: no row)."""
+        listed = list(values)
+        chosen = frozenset(listed)
+        return self._add(sql_in(column, listed), lambda row: row.get(column) in chosen)
 
     def status_in(self, statuses: tuple[str, ...] | list[str] | None) -> Where:
         if statuses:
-            self._parts.append(sql_in("status", [validate_value(s, "status") for s in statuses]))
+            self.any_of("status", [validate_value(s, "status") for s in statuses])
         return self
 
     def tags_any(self, tags: list[str] | None) -> Where:
         if tags:
-            quoted = ", ".join(sql_string(validate_value(t, "tag")) for t in tags)
-            self._parts.append(f"array_has_any(tags, [{quoted}])")
+            listed = [validate_value(t, "tag") for t in tags]
+            chosen = frozenset(listed)
+            quoted = ", ".join(sql_string(t) for t in listed)
+            self._add(f"array_has_any(tags, [{quoted}])", lambda row: any(t in chosen for t in row.get("tags") or ()))
         return self
 
     def time_range(self, column: str, since: datetime | None, until: datetime | None) -> Where:
         if since is not None:
-            self._parts.append(f"{column} >= {_timestamp(since, 'since')}")
+            low = _utc(since, "since")
+            self._add(f"{column} >= {_timestamp(since, 'since')}", lambda row: _row_time(row, column) >= low)
         if until is not None:
-            self._parts.append(f"{column} < {_timestamp(until, 'until')}")
+            high = _utc(until, "until")
+            self._add(f"{column} < {_timestamp(until, 'until')}", lambda row: _row_time(row, column) < high)
         return self
 
     def any_time_window(self, column: str, windows: list[tuple[datetime, datetime]]) -> Where:
         """Rows whose `column` falls in any of the [start, end] windows."""
         if windows:
-            self._parts.append(" OR ".join(
-                f"({column} >= {_timestamp(a, 'window start')} AND {column} <= {_timestamp(b, 'window end')})" for a, b in windows))
+            spans = [(_utc(a, "window start"), _utc(b, "window end")) for a, b in windows]
+            self._add(" OR ".join(
+                f"({column} >= {_timestamp(a, 'window start')} AND {column} <= {_timestamp(b, 'window end')})" for a, b in windows),
+                lambda row: any(a <= _row_time(row, column) <= b for a, b in spans))
         return self
 
-    def raw(self, condition: str) -> Where:
-        """A condition written by memos itself (never from input)."""
-        self._parts.append(condition)
-        return self
+    def raw(self, condition: str, test: RowTest | None = None) -> Where:
+        """A condition written by memos itself (never from input); without `test` (the same
+        condition as a test of a row), `Where.test` has none to give."""
+        return self._add(condition, test)
+
+    def test(self) -> RowTest | None:
+        """The conditions as one test of a row (a dict of column values), or None where one of
+        them was given as SQL alone (`raw`). A row with no value in a tested column fails it,
+        as SQL's NULL does."""
+        tests = self._tests
+        if tests is None:
+            return None
+        return lambda row: all(t(row) for t in tests)
 
     def build(self) -> str | None:
         return " AND ".join(f"({p})" for p in self._parts) if self._parts else None

@@ -34,6 +34,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
@@ -41,8 +42,9 @@ from memos.memtypes import MemoryRecord
 from memos.store.fulltext import FORM as FULLTEXT_FORM
 from memos.store.protocol import EVENT_TIME, RECORD
 from memos.store.schema import VECTOR_COLUMN, arrow_schema, arrow_table
-from memos.store.scope import sql_in, sql_string
+from memos.store.scope import RowTest, sql_in, sql_string
 
+from .held_vectors import HeldVectors
 from .text_index import text_index
 
 T = TypeVar("T")
@@ -58,6 +60,7 @@ class _Store(Protocol):
     tables: dict[str, Any]
     behind: Any
     compaction: Any
+    commits: Any
 
     async def get_meta(self) -> dict[str, str]: ...
     async def set_meta(self, key: str, value: str) -> None: ...
@@ -156,6 +159,16 @@ def record_row(record_type: type[MemoryRecord], body: str) -> dict[str, Any]:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def _matrix(column: pa.ChunkedArray, dim: int) -> np.ndarray:
+    """A vector column as one float32 matrix, a row of NaN where a row has no vector."""
+    vectors = column.combine_chunks()
+    out = np.full((len(vectors), dim), np.nan, dtype=np.float32)
+    valid = np.asarray(vectors.is_valid(), dtype=bool)
+    if valid.any():
+        out[valid] = np.asarray(vectors.flatten(), dtype=np.float32).reshape(-1, dim)
+    return out
+
+
 def _micros(at: datetime) -> int:
     delta = at.astimezone(UTC) - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
@@ -177,6 +190,8 @@ class SearchIndex:
         self._schema: tuple[int, pa.Schema] | None = None
         self.behind = False
         """A mirror write failed in this process: searches use the per-store queries until `check`."""
+        self.held = HeldVectors()
+        """Vectors of the filters searched most, held in memory and kept up to date by `mirror` (`memos.store.lancedb.held_vectors`)."""
 
     def covers(self, memory_type: str) -> bool:
         return memory_type in self.types
@@ -228,6 +243,7 @@ class SearchIndex:
             await self.rebuild()
             return
         self.table = await self.storage.conn.open_table(recorded["table"])
+        self.held.clear()
         await self.check()
 
     async def rebuild(self) -> int:
@@ -256,6 +272,7 @@ class SearchIndex:
         old = recorded.get("table")
         await self.storage.set_meta(SEARCH_META, json.dumps({**self._built_for(), "table": name, "generation": generation}))
         self.table, self.behind = table, False
+        self.held.clear()
         if old and old != name:
             try:
                 await self.storage.conn.drop_table(old)
@@ -314,19 +331,19 @@ class SearchIndex:
         if pending is not None and self.table is not None:
             pending.extend(data)
             return
-        await self.mirror(lambda: self.table.add(data), len(rows), [memory_type])
+        await self.mirror(lambda: self.table.add(data), len(rows), [memory_type], sets=data)
 
     async def append(self, rows: Sequence[dict[str, Any]]) -> None:
         """Add shared rows (`project`) in one commit (a failure marks the table behind; never raises)."""
         if rows:
             await self.mirror(lambda: self.table.add(arrow_table(list(rows), self.schema())), len(rows),
-                              {row["memory_type"] for row in rows})
+                              {row["memory_type"] for row in rows}, sets=rows)
 
     async def upserted(self, memory_type: str, rows: Sequence[dict[str, Any]]) -> None:
         """Typed rows just written by id (inserted or replaced)."""
         data = self.project(memory_type, rows)
         await self.mirror(lambda: self.table.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(data),
-                           len(rows), [memory_type])
+                          len(rows), [memory_type], sets=data)
 
     async def synced(self, memory_type: str, ids: Sequence[str]) -> None:
         """Make these ids here what the typed table holds now (written, or removed if gone)."""
@@ -346,25 +363,73 @@ class SearchIndex:
 
     async def _delete(self, memory_type: str, ids: Sequence[str]) -> None:
         for start in range(0, len(ids), _CHUNK):
-            keys = sql_in("key", [f"{memory_type}:{i}" for i in ids[start : start + _CHUNK]])
-            await self.mirror(lambda keys=keys: self.table.delete(keys), 0)
+            chunk = [f"{memory_type}:{i}" for i in ids[start : start + _CHUNK]]
+            keys = sql_in("key", chunk)
+            await self.mirror(lambda keys=keys: self.table.delete(keys), 0, removed=chunk)
 
-    async def mirror(self, op: Any, rows: int, types: Collection[str] = ()) -> None:
+    async def mirror(self, op: Any, rows: int, types: Collection[str] = (), *, sets: Sequence[dict[str, Any]] = (),
+                     removed: Sequence[str] = ()) -> None:
         """Run one write on the shared table after the typed write committed, adding rows of
-        `types`; a failure marks it behind."""
+        `types`: it sets the shared rows `sets` by key and removes the keys `removed` (what the
+        held vectors take); a failure marks it behind."""
         if self.table is None:
             return
         try:
-            await self.storage.commit(self.table, op, rows, rows_of=types)
+            result = await self.storage.commit(self.table, op, rows, rows_of=types)
         except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the typed write has committed
+            self.held.clear()  # the write may have landed or not
             self.behind = True
             log.warning("the shared search table missed a write (%s); searches use each store's own queries until it "
                         "is caught up (next open, or maintenance)", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+        except BaseException:  # cancelled: landed or not
+            self.held.clear()
+            raise
+        else:
+            self.held.wrote(getattr(result, "version", None), sets, removed)
 
-    async def vector_search(self, vector: list[float], where: str, limit: int, *, with_text: bool = False) -> list[dict[str, Any]]:
+    async def vector_search(self, vector: list[float], where: str, limit: int, *, with_text: bool = False,
+                            test: RowTest | None = None) -> list[dict[str, Any]]:
         """The `limit` nearest rows in `where` (cosine), best first, as `ranked_row`s (with the
-        indexed `text` if `with_text`) with `_distance`."""
+        indexed `text` if `with_text`) with `_distance`. With `test` (the same filter as a test of
+        a row: `Where.test`), from the rows held in memory once the filter is searched often
+        (`memos.store.lancedb.held_vectors`)."""
+        if test is not None and self.storage.commits.path is not None:
+            found = await self._held_nearest(vector, where, limit, with_text, test)
+            if found is not None:
+                return found
         return await self._ranked(self.table.query().nearest_to(vector).distance_type("cosine"), "_distance", where, limit, with_text)
+
+    async def _held_nearest(self, vector: list[float], where: str, limit: int, with_text: bool,
+                            test: RowTest) -> list[dict[str, Any]] | None:
+        """`vector_search` from the held rows of `where`, loading them if it is time; None: ask LanceDB."""
+        table, held = self.table, self.held
+        await self.storage.behind.barrier(table, read=True)  # rows queued for the table are written (and held) first
+        epoch = self.storage.commits.epoch(table.name)
+        found = held.nearest(where, with_text, epoch, vector, limit)
+        if found is None and held.wanted(where, with_text, epoch):
+            generation, dim = held.loading(), self.storage.dim
+            columns = ["key", RECORD, VECTOR_COLUMN, *(["text"] if with_text else [])]
+            query = table.query().where(where).select(columns).limit(held.limit_rows(dim) + 1)
+
+            async def load() -> tuple[int, pa.Table, int]:
+                before = await table.version()
+                rows = await query.to_arrow()
+                return before, rows, await table.version()
+
+            before, rows, after = await self.storage.read(table, load)
+            if table is self.table and held.keep(
+                    where, with_text, test, epoch, generation, before, after, rows["key"].to_pylist(),
+                    _matrix(rows[VECTOR_COLUMN], dim), rows[RECORD].to_pylist(), rows["text"].to_pylist() if with_text else None):
+                found = held.nearest(where, with_text, epoch, vector, limit)
+        if found is None:
+            return None
+        self.storage.compaction.searching(table)
+        out = ranked_rows([r[RECORD] for r in found])
+        for row, hit in zip(out, found, strict=True):
+            row["_distance"] = hit["_distance"]
+            if with_text:
+                row["text"] = hit["text"]
+        return out
 
     async def text_search(self, text: str, where: str, limit: int, *, with_text: bool = False) -> list[dict[str, Any]]:
         """The `limit` best BM25 matches of `text` in `where`, best first, as `ranked_row`s with `_score`."""

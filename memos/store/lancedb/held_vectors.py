@@ -1,0 +1,287 @@
+"""A filter's vectors of the shared search table, held in memory: a vector search of a scope this
+process searches again and again is an exact product in numpy, not a LanceDB query.
+
+Below `indexing.ANN_MIN_ROWS` LanceDB answers a vector query by reading every vector its filter
+lets through, and each query has a fixed cost of its own (planning, the filter, the reads): on
+2 cores, served, the shared table's vector query was a third of a search's CPU and most of its
+wait. Here the rows of one `where` (key, vector, `RECORD`, and the indexed text when asked for)
+are read once, in one scan, and then kept up to date by this process's own writes to the table:
+
+- **What the copy is a copy of.** A load reads the table's version before and after its scan;
+  only a scan that saw one version is kept, labelled with it. Every later write of this process
+  to the shared table (`SearchIndex.mirror`) reports the rows it set and the keys it removed with
+  the version it produced, and each held copy takes the change if it is newer than the copy (per
+  key: a write that lands after a newer one of the same key changes nothing). A load overlapping
+  writes takes, once labelled, the recent writes newer than its label from a short log.
+- **Other processes.** The store's commit counters (`memos.store.lancedb.commits`) tell when
+  another process committed to the table: a copy read before that is dropped, and the search goes
+  to LanceDB. A filter is loaded again only once two searches in a row found the counters still,
+  so a table that others write to all the time is searched as before, with no loads wasted. A
+  store with no counters (object storage) holds nothing.
+- **What is held.** Only filters that say how to test a row (`memos.store.scope.Where.test`), and
+  only once a filter has been searched twice (a filter of a passing moment, such as a time window
+  ending now, is never loaded). At most `BUDGET` bytes in all, the least recently searched copy
+  going first; a filter with more rows than a quarter of that is left to LanceDB.
+- **When in doubt, nothing.** A write whose outcome is unknown (it raised, or gave no version), a
+  rebuilt table or a copy that cannot be labelled drops what is held.
+
+Scores are LanceDB's: the cosine distance, 1 - a.b / (|a| |b|), in float32; a row with no vector
+(or a zero one) is never returned, as LanceDB does not return it either.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memos.store.scope import RowTest
+
+__all__ = ["BUDGET", "HeldVectors"]
+
+BUDGET = 48 << 20
+"""Bytes held in all (vectors, records, texts). A 384-d row with its record is ~2 KB, so ~24,000
+rows: the scopes a busy server searches, not a whole large store."""
+_LOG = 512
+"""Recent writes kept for a load that overlapped them."""
+_SEEN = 1_024
+"""Filters remembered as searched once (and at which commit epoch)."""
+_TOUCHED = 8 * _LOG
+"""Keys a copy remembers the last write of, before it forgets those older than the log."""
+
+
+class _Rows:
+    """One filter's rows: vectors in one growing matrix, keys to positions, removed rows masked."""
+
+    def __init__(self, keys: Sequence[str], vectors: np.ndarray, records: Sequence[str], texts: Sequence[str | None]) -> None:
+        """The rows of a load: `vectors` one float32 row per key (a row of NaN: none stored)."""
+        n, self.dim = vectors.shape
+        size = max(16, n * 5 // 4)
+        self.vectors = np.zeros((size, self.dim), dtype=np.float32)
+        self.vectors[:n] = vectors
+        self.norms = np.zeros(size, dtype=np.float32)
+        with np.errstate(invalid="ignore"):
+            self.norms[:n] = np.linalg.norm(vectors, axis=1)
+        self.alive = np.zeros(size, dtype=bool)
+        self.alive[:n] = np.isfinite(self.norms[:n]) & (self.norms[:n] > 0)
+        self.records: list[str | None] = [*records, *[None] * (size - n)]
+        self.texts: list[str | None] = [*texts, *[None] * (size - n)]
+        self.at = {key: i for i, key in enumerate(keys) if self.alive[i]}
+        for i in np.flatnonzero(~self.alive[:n]):
+            self.records[i] = self.texts[i] = None
+        self.used = n
+        self.bytes = n * (self.dim * 4 + 64) + sum(len(r) for r in records) + sum(len(t) for t in texts if t)
+
+    def put(self, key: str, vector: Any, record: str, text: str | None) -> None:
+        """Set `key`'s row (a row with no usable vector is removed: it is never a vector hit)."""
+        values = None if vector is None else np.asarray(vector, dtype=np.float32).reshape(-1)
+        if values is None or values.shape[0] != self.dim or not np.isfinite(values).all():
+            self.remove(key)
+            return
+        norm = float(np.linalg.norm(values))
+        if norm == 0.0:
+            self.remove(key)
+            return
+        i = self.at.get(key)
+        if i is None:
+            if self.used == len(self.alive):
+                self._grow()
+            i = self.used
+            self.used += 1
+            self.at[key] = i
+            self.bytes += self.dim * 4 + 64
+        else:
+            self.bytes -= len(self.records[i] or "") + len(self.texts[i] or "")
+        self.vectors[i] = values
+        self.norms[i] = norm
+        self.alive[i] = True
+        self.records[i], self.texts[i] = record, text
+        self.bytes += len(record) + len(text or "")
+
+    def remove(self, key: str) -> None:
+        i = self.at.pop(key, None)
+        if i is not None:
+            self.alive[i] = False
+            self.bytes -= len(self.records[i] or "") + len(self.texts[i] or "")
+            self.records[i] = self.texts[i] = None
+
+    def _grow(self) -> None:
+        size = len(self.alive) * 2
+        self.vectors = np.resize(self.vectors, (size, self.dim))
+        self.norms = np.resize(self.norms, size)
+        alive = np.zeros(size, dtype=bool)
+        alive[: len(self.alive)] = self.alive
+        self.alive = alive
+        self.records += [None] * (size - len(self.records))
+        self.texts += [None] * (size - len(self.texts))
+
+    def nearest(self, query: np.ndarray, limit: int) -> list[tuple[int, float]]:
+        """The `limit` nearest live rows as (position, cosine distance), nearest first."""
+        n = self.used
+        if not self.at or limit <= 0:
+            return []
+        qnorm = np.float32(np.linalg.norm(query))
+        if not np.isfinite(qnorm) or qnorm == 0:
+            return []
+        with np.errstate(invalid="ignore", divide="ignore"):  # a removed row's norm may be 0: masked below
+            distance = np.float32(1.0) - (self.vectors[:n] @ query) / (self.norms[:n] * qnorm)
+        distance[~self.alive[:n]] = np.inf
+        k = min(limit, len(self.at))
+        top = np.argpartition(distance, k - 1)[:k] if k < n else np.arange(n)
+        top = top[np.argsort(distance[top], kind="stable")]
+        return [(int(i), float(distance[i])) for i in top[:k] if self.alive[i]]
+
+
+@dataclass
+class _Held:
+    rows: _Rows
+    test: RowTest
+    with_text: bool
+    version: int
+    """The table's version the copy was read at; writes up to it are in it."""
+    epoch: int
+    """The commit counters' epoch of the table when it was read (another process's commit moves it)."""
+    touched: dict[str, int] = field(default_factory=dict)
+    """Keys written since the read, with the version that last set them."""
+
+    def take(self, version: int, sets: Sequence[Mapping[str, Any]], removed: Sequence[str]) -> None:
+        if version <= self.version:
+            return
+        for row in sets:
+            key = row["key"]
+            if self.touched.get(key, -1) >= version:
+                continue
+            self.touched[key] = version
+            if self.test(row):
+                self.rows.put(key, row.get("vector"), row["record"], row.get("text") if self.with_text else None)
+            else:
+                self.rows.remove(key)
+        for key in removed:
+            if self.touched.get(key, -1) >= version:
+                continue
+            self.touched[key] = version
+            self.rows.remove(key)
+
+
+@dataclass(frozen=True)
+class _Write:
+    version: int
+    sets: Sequence[Mapping[str, Any]]
+    removed: Sequence[str]
+
+
+class HeldVectors:
+    """The shared table's held copies for one open store (see the module docstring)."""
+
+    def __init__(self, budget: int = BUDGET) -> None:
+        self.budget = budget
+        self._held: collections.OrderedDict[tuple[str, bool], _Held] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[tuple[str, bool], int] = collections.OrderedDict()
+        self._large: collections.OrderedDict[tuple[str, bool], None] = collections.OrderedDict()
+        """Filters found to have too many rows to hold: left to LanceDB."""
+        self._log: collections.deque[_Write] = collections.deque(maxlen=_LOG)
+        self._dropped = -1
+        """The newest version a write fell out of `_log` with: a load labelled older cannot be completed."""
+        self._generation = 0
+        """Moves on whenever everything held is dropped: a load begun before is not kept."""
+        self.hits = 0
+        self.loads = 0
+
+    # --- what this process wrote ---------------------------------------------------------
+
+    def wrote(self, version: int | None, sets: Sequence[Mapping[str, Any]] = (), removed: Sequence[str] = ()) -> None:
+        """This process committed a write to the shared table: `sets` (shared rows, as written)
+        were set by key, `removed` keys were deleted, producing `version` (None: unknown)."""
+        if version is None:
+            self.clear()
+            return
+        if len(self._log) == self._log.maxlen:
+            self._dropped = max(self._dropped, self._log[0].version)
+        self._log.append(_Write(version, sets, removed))
+        for held in self._held.values():
+            held.take(version, sets, removed)
+            if len(held.touched) > _TOUCHED:  # a write reported later than the log's oldest is not expected
+                floor = self._log[0].version
+                held.touched = {key: at for key, at in held.touched.items() if at >= floor}
+        self._fit()
+
+    def clear(self) -> None:
+        """Drop everything held (a write of unknown outcome, a rebuilt table)."""
+        self._held.clear()
+        self._seen.clear()
+        self._generation += 1
+
+    # --- searching -----------------------------------------------------------------------
+
+    def nearest(self, where: str, with_text: bool, epoch: int, vector: Sequence[float], limit: int) -> list[dict[str, Any]] | None:
+        """The `limit` nearest rows of `where` from a held copy, as (`RECORD`, text, `_distance`)
+        dicts, nearest first; None when no copy is held for the filter at this epoch."""
+        key = (where, with_text)
+        held = self._held.get(key)
+        if held is None:
+            return None
+        if held.epoch != epoch:  # another process committed since it was read
+            del self._held[key]
+            return None
+        self._held.move_to_end(key)
+        self.hits += 1
+        rows = held.rows
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if query.shape[0] != rows.dim:
+            return None  # LanceDB's own error names the mismatch
+        return [{"record": rows.records[i], "text": rows.texts[i], "_distance": d} for i, d in rows.nearest(query, limit)]
+
+    def wanted(self, where: str, with_text: bool, epoch: int) -> bool:
+        """Whether the filter should be loaded now: searched before at this same epoch."""
+        key = (where, with_text)
+        if key in self._large:
+            return False
+        before = self._seen.get(key)
+        self._seen[key] = epoch
+        self._seen.move_to_end(key)
+        while len(self._seen) > _SEEN:
+            self._seen.popitem(last=False)
+        return before == epoch
+
+    def loading(self) -> int:
+        """What a load notes before it reads (`keep` compares it)."""
+        return self._generation
+
+    def limit_rows(self, dim: int) -> int:
+        """The most rows one filter may have to be held."""
+        return max(1, self.budget // 4 // (dim * 4 + 512))
+
+    def keep(self, where: str, with_text: bool, test: RowTest, epoch: int, generation: int,
+             before: int, after: int, keys: Sequence[str], vectors: np.ndarray, records: Sequence[str],
+             texts: Sequence[str | None] | None) -> bool:
+        """Hold a load's rows (`vectors`: one float32 row per key, NaN where a row has none), read
+        between the table's versions `before` and `after` (kept only when they are one: the rows
+        are then exactly that version's), then take the writes newer than it. False when not kept."""
+        key = (where, with_text)
+        if len(keys) > self.limit_rows(vectors.shape[1]):
+            self._large[key] = None
+            while len(self._large) > _SEEN:
+                self._large.popitem(last=False)
+            return False
+        if before != after or generation != self._generation or before < self._dropped:
+            return False
+        held = _Held(_Rows(keys, vectors, records, texts if texts is not None else [None] * len(keys)), test, with_text, before, epoch)
+        for write in sorted(self._log, key=lambda w: w.version):
+            held.take(write.version, write.sets, write.removed)
+        self._held[key] = held
+        self.loads += 1
+        self._fit()
+        return key in self._held
+
+    def _fit(self) -> None:
+        total = sum(h.rows.bytes for h in self._held.values())
+        while total > self.budget and self._held:
+            _, held = self._held.popitem(last=False)
+            total -= held.rows.bytes
+
+    def held_rows(self) -> int:
+        """Rows held in all (for `GET /admin/stats` and tests)."""
+        return sum(len(h.rows.at) for h in self._held.values())
