@@ -139,10 +139,16 @@ def rows(keys: list[str], user: str = "u") -> list[dict]:
              "vector": rng.normal(size=4).astype(np.float32), "record": f'["semantic","{k}",0.5,0]\n{{}}'} for k in keys]
 
 
-def load(held: HeldVectors, data: list[dict], before: int, after: int | None = None, test=None) -> bool:
-    test = test or shared_where(Scope("u")).test()
-    return held.keep("w", False, test, 0, held.loading(), before, before if after is None else after, [r["key"] for r in data],
-                     np.stack([r["vector"] for r in data]), [r["record"] for r in data], None)
+def load(held: HeldVectors, data: list[dict], before: int, after: int | None = None, generation: int | None = None) -> bool:
+    """A load's end: `keep` of rows read between versions `before` and `after`."""
+    began = generation is None
+    generation = held.begin() if generation is None else generation
+    try:
+        return held.keep("w", False, shared_where(Scope("u")).test(), 0, generation, before, before if after is None else after,
+                         [r["key"] for r in data], np.stack([r["vector"] for r in data]), [r["record"] for r in data], None)
+    finally:
+        if began:
+            held.end()
 
 
 def keys_of(held: HeldVectors, vector=np.ones(4)) -> list[str]:
@@ -155,9 +161,13 @@ def test_a_load_is_kept_only_at_one_version_and_takes_the_writes_after_it() -> N
     data = rows(["a", "b"])
     assert not load(held, data, 4, 5)  # a write landed while it read: which version it saw is unknown
     assert keys_of(held) is None
-    held.wrote(5, rows(["c"]), ["a"])  # landed after the read began, reported before it ended
-    held.wrote(3, rows(["z"]))  # older than the read: in it already (or removed since)
-    assert load(held, data, 4)
+    held.wrote(2, rows(["y"]))  # before the load began: in what it reads, not logged
+    generation = held.begin()
+    held.wrote(5, rows(["c"]), ["a"])  # landed while it read, after the version it read
+    held.wrote(3, rows(["z"]))  # reported late, older than the version it read: in it already (or removed since)
+    assert load(held, data, 4, generation=generation)
+    held.end()
+    assert held._log == []  # nothing in flight: nothing logged
     assert keys_of(held) == ["b", "c"]
     held.wrote(7, [{**rows(["b"])[0], "status": "archived"}])  # leaves the filter
     held.wrote(6, rows(["b"]))  # an older write of the same key, reported late: changes nothing
@@ -165,16 +175,28 @@ def test_a_load_is_kept_only_at_one_version_and_takes_the_writes_after_it() -> N
     assert keys_of(held) == ["c"]
     held.wrote(None)  # an outcome unknown: nothing is trusted
     assert keys_of(held) is None
-    assert not load(held, data, 9) or held.loading() != 0
 
 
-def test_a_copy_read_before_a_clear_is_not_kept() -> None:
+def test_a_load_is_not_kept_after_a_clear_or_too_many_writes_beside_it() -> None:
     held = HeldVectors()
-    generation = held.loading()
+    data = rows(["a", "b"])
+    generation = held.begin()
     held.clear()
-    data = rows(["a"])
-    assert not held.keep("w", False, shared_where(Scope("u")).test(), 0, generation, 1, 1, ["a"],
-                         np.stack([r["vector"] for r in data]), [data[0]["record"]], None)
+    assert not load(held, data, 1, generation=generation)
+    held.end()
+    generation = held.begin()
+    held.wrote(2, rows([f"k{i}" for i in range(9_000)]))  # more than are logged for a load
+    assert not load(held, data, 1, generation=generation)
+    held.end()
+    assert load(held, data, 3) and keys_of(held) == ["a", "b"]
+
+
+def test_a_key_read_twice_is_held_once() -> None:
+    held = HeldVectors()
+    data = rows(["a", "a", "b"])
+    assert load(held, data, 1)
+    held.wrote(2, (), ["a"])
+    assert keys_of(held) == ["b"]
 
 
 def test_nearest_is_cosine_and_skips_rows_without_vectors() -> None:

@@ -11,8 +11,9 @@ are read once, in one scan, and then kept up to date by this process's own write
   only a scan that saw one version is kept, labelled with it. Every later write of this process
   to the shared table (`SearchIndex.mirror`) reports the rows it set and the keys it removed with
   the version it produced, and each held copy takes the change if it is newer than the copy (per
-  key: a write that lands after a newer one of the same key changes nothing). A load overlapping
-  writes takes, once labelled, the recent writes newer than its label from a short log.
+  key: a write reported after a newer one of the same key changes nothing). The writes reported
+  while a load is in flight are logged, and the load, once labelled, takes those newer than its
+  label.
 - **Other processes.** The store's commit counters (`memos.store.lancedb.commits`) tell when
   another process committed to the table: a copy read before that is dropped, and the search goes
   to LanceDB. A filter is loaded again only once two searches in a row found the counters still,
@@ -32,6 +33,7 @@ Scores are LanceDB's: the cosine distance, 1 - a.b / (|a| |b|), in float32; a ro
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,12 +47,13 @@ __all__ = ["BUDGET", "HeldVectors"]
 BUDGET = 48 << 20
 """Bytes held in all (vectors, records, texts). A 384-d row with its record is ~2 KB, so ~24,000
 rows: the scopes a busy server searches, not a whole large store."""
-_LOG = 512
-"""Recent writes kept for a load that overlapped them."""
+_LOG_ROWS = 8_192
+"""Rows written while loads are in flight that are kept for them; past it those loads are not kept."""
 _SEEN = 1_024
 """Filters remembered as searched once (and at which commit epoch)."""
-_TOUCHED = 8 * _LOG
-"""Keys a copy remembers the last write of, before it forgets those older than the log."""
+_TOUCHED = 4_096
+"""Keys a copy remembers the last write of (the newest): a write is reported late only behind
+the few in flight beside it."""
 
 
 class _Rows:
@@ -69,7 +72,9 @@ class _Rows:
         self.alive[:n] = np.isfinite(self.norms[:n]) & (self.norms[:n] > 0)
         self.records: list[str | None] = [*records, *[None] * (size - n)]
         self.texts: list[str | None] = [*texts, *[None] * (size - n)]
-        self.at = {key: i for i, key in enumerate(keys) if self.alive[i]}
+        self.at = {key: i for i, key in enumerate(keys) if self.alive[i]}  # a key read twice: its last row
+        self.alive[:] = False
+        self.alive[list(self.at.values())] = True
         for i in np.flatnonzero(~self.alive[:n]):
             self.records[i] = self.texts[i] = None
         self.used = n
@@ -151,19 +156,25 @@ class _Held:
         if version <= self.version:
             return
         for row in sets:
-            key = row["key"]
-            if self.touched.get(key, -1) >= version:
-                continue
-            self.touched[key] = version
-            if self.test(row):
-                self.rows.put(key, row.get("vector"), row["record"], row.get("text") if self.with_text else None)
-            else:
-                self.rows.remove(key)
+            if self._newer(row["key"], version):
+                if self.test(row):
+                    self.rows.put(row["key"], row.get("vector"), row["record"], row.get("text") if self.with_text else None)
+                else:
+                    self.rows.remove(row["key"])
         for key in removed:
-            if self.touched.get(key, -1) >= version:
-                continue
-            self.touched[key] = version
-            self.rows.remove(key)
+            if self._newer(key, version):
+                self.rows.remove(key)
+        if len(self.touched) > _TOUCHED:
+            for key in list(itertools.islice(self.touched, len(self.touched) - _TOUCHED // 2)):
+                del self.touched[key]
+
+    def _newer(self, key: str, version: int) -> bool:
+        """Whether a write of `key` at `version` is newer than the last one taken (and note it)."""
+        if self.touched.get(key, -1) >= version:
+            return False
+        self.touched.pop(key, None)  # to the end: the oldest are forgotten first
+        self.touched[key] = version
+        return True
 
 
 @dataclass(frozen=True)
@@ -182,11 +193,12 @@ class HeldVectors:
         self._seen: collections.OrderedDict[tuple[str, bool], int] = collections.OrderedDict()
         self._large: collections.OrderedDict[tuple[str, bool], None] = collections.OrderedDict()
         """Filters found to have too many rows to hold: left to LanceDB."""
-        self._log: collections.deque[_Write] = collections.deque(maxlen=_LOG)
-        self._dropped = -1
-        """The newest version a write fell out of `_log` with: a load labelled older cannot be completed."""
+        self._loading = 0
+        """Loads in flight: while there are any, this process's writes are logged for them."""
+        self._log: list[_Write] = []
+        self._logged = 0
         self._generation = 0
-        """Moves on whenever everything held is dropped: a load begun before is not kept."""
+        """Moves on when what is held is dropped or the log overflows: a load begun before is not kept."""
         self.hits = 0
         self.loads = 0
 
@@ -198,21 +210,24 @@ class HeldVectors:
         if version is None:
             self.clear()
             return
-        if len(self._log) == self._log.maxlen:
-            self._dropped = max(self._dropped, self._log[0].version)
-        self._log.append(_Write(version, sets, removed))
+        if self._loading:
+            self._log.append(_Write(version, sets, removed))
+            self._logged += len(sets) + len(removed)
+            if self._logged > _LOG_ROWS:
+                self._forget_log()
         for held in self._held.values():
             held.take(version, sets, removed)
-            if len(held.touched) > _TOUCHED:  # a write reported later than the log's oldest is not expected
-                floor = self._log[0].version
-                held.touched = {key: at for key, at in held.touched.items() if at >= floor}
         self._fit()
+
+    def _forget_log(self) -> None:
+        self._log, self._logged = [], 0
+        self._generation += 1
 
     def clear(self) -> None:
         """Drop everything held (a write of unknown outcome, a rebuilt table)."""
         self._held.clear()
         self._seen.clear()
-        self._generation += 1
+        self._forget_log()
 
     # --- searching -----------------------------------------------------------------------
 
@@ -246,9 +261,17 @@ class HeldVectors:
             self._seen.popitem(last=False)
         return before == epoch
 
-    def loading(self) -> int:
-        """What a load notes before it reads (`keep` compares it)."""
+    def begin(self) -> int:
+        """A load is about to read: this process's writes are logged until it `end`s; returns
+        what `keep` compares."""
+        self._loading += 1
         return self._generation
+
+    def end(self) -> None:
+        """A load is over (kept or not)."""
+        self._loading -= 1
+        if not self._loading:
+            self._log, self._logged = [], 0
 
     def limit_rows(self, dim: int) -> int:
         """The most rows one filter may have to be held."""
@@ -266,7 +289,7 @@ class HeldVectors:
             while len(self._large) > _SEEN:
                 self._large.popitem(last=False)
             return False
-        if before != after or generation != self._generation or before < self._dropped:
+        if before != after or generation != self._generation:
             return False
         held = _Held(_Rows(keys, vectors, records, texts if texts is not None else [None] * len(keys)), test, with_text, before, epoch)
         for write in sorted(self._log, key=lambda w: w.version):

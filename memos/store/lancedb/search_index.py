@@ -407,7 +407,7 @@ class SearchIndex:
         epoch = self.storage.commits.epoch(table.name)
         found = held.nearest(where, with_text, epoch, vector, limit)
         if found is None and held.wanted(where, with_text, epoch):
-            generation, dim = held.loading(), self.storage.dim
+            dim = self.storage.dim
             columns = ["key", RECORD, VECTOR_COLUMN, *(["text"] if with_text else [])]
             query = table.query().where(where).select(columns).limit(held.limit_rows(dim) + 1)
 
@@ -416,11 +416,15 @@ class SearchIndex:
                 rows = await query.to_arrow()
                 return before, rows, await table.version()
 
-            before, rows, after = await self.storage.read(table, load)
-            if table is self.table and held.keep(
-                    where, with_text, test, epoch, generation, before, after, rows["key"].to_pylist(),
-                    _matrix(rows[VECTOR_COLUMN], dim), rows[RECORD].to_pylist(), rows["text"].to_pylist() if with_text else None):
-                found = held.nearest(where, with_text, epoch, vector, limit)
+            generation = held.begin()
+            try:
+                before, rows, after = await self.storage.read(table, load)
+                if table is self.table and held.keep(
+                        where, with_text, test, epoch, generation, before, after, rows["key"].to_pylist(),
+                        _matrix(rows[VECTOR_COLUMN], dim), rows[RECORD].to_pylist(), rows["text"].to_pylist() if with_text else None):
+                    found = held.nearest(where, with_text, epoch, vector, limit)
+            finally:
+                held.end()
         if found is None:
             return None
         self.storage.compaction.searching(table)
