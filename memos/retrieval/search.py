@@ -162,21 +162,11 @@ async def search(
         if shared or any(name not in (turns, PASSAGES) for name in searched):
             needed.add(query)
         wanted = [q for q in needed if embedder and q.strip()]
-        found = await asyncio.gather(*(embedder.embed_query(q[:MAX_QUERY_CHARS]) for q in wanted)) if embedder else []
-        vectors: dict[str, list[float]] = dict(zip(wanted, found, strict=True))
         texts = {q: fts_query(q) for q in needed | {query}}  # the full-text forms, worked out once
-        vector, text = vectors.get(query), texts[query]
-        jobs: list[tuple[str, str, Awaitable[list[Any]]]] = []  # (store, source, its rows; the graph's: candidates)
-        for name in searched:
-            if name in shared:
-                continue
-            columns = RowView.columns(storage.type_table(name).record_type.time_field, with_text) if lean else None
-            own = turn_query if name in (turns, PASSAGES) else query  # a passage is part of a turn
-            own_vector, own_text = vectors.get(own), texts[own]
-            if own_vector is not None:
-                jobs.append((name, "vector", storage.vector_search(name, own_vector, wheres[name], per_list, columns)))
-            if own_text:
-                jobs.append((name, "text", storage.text_search(name, own_text, wheres[name], per_list, columns)))
+        text = texts[query]
+        own = {name: turn_query if name in (turns, PASSAGES) else query for name in searched}  # a passage is part of a turn
+        columns = {name: RowView.columns(storage.type_table(name).record_type.time_field, with_text) if lean else None
+                    for name in searched}
         if shared:
             conditions = (Where(request.scope).status_in(request.statuses).time_range(EVENT_TIME, request.since, request.until)
                           .tags_any(request.tags))
@@ -184,15 +174,39 @@ async def search(
                 conditions.any_of("memory_type", shared)
             where = conditions.condition()
             limit = per_list * len(shared)  # as many candidates as the per-store lists gave together
-            if vector is not None:
-                jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit, with_text=with_text,
-                                                                            test=conditions.test())))
-            if text:
-                jobs.append((SHARED, "text", storage.search.text_search(text, where, limit, with_text=with_text)))
-        if "entity" in storage.memory_types() and request.policy.graph_weight > 0:
-            columns = RowView.columns("occurred_at", with_text) if lean else None
-            jobs.append(("", "graph", _graph_list(storage, embedder, replace(request, query=query), vector, text, wheres, columns)))
         with storage.behind.excused(request.exclude):  # queued rows of excluded records may stay queued
+            # the full-text queries need no vector: they run while the query is embedded
+            early: dict[str, asyncio.Future[list[Any]]] = {
+                name: asyncio.ensure_future(storage.text_search(name, texts[own[name]], wheres[name], per_list, columns[name]))
+                for name in searched if name not in shared and texts[own[name]]}
+            if shared and text:
+                early[SHARED] = asyncio.ensure_future(storage.search.text_search(text, where, limit, with_text=with_text))
+            try:
+                found = await asyncio.gather(*(embedder.embed_query(q[:MAX_QUERY_CHARS]) for q in wanted)) if embedder else []
+            except BaseException:
+                for task in early.values():
+                    task.cancel()
+                await asyncio.gather(*early.values(), return_exceptions=True)
+                raise
+            vectors: dict[str, list[float]] = dict(zip(wanted, found, strict=True))
+            vector = vectors.get(query)
+            jobs: list[tuple[str, str, Awaitable[list[Any]]]] = []  # (store, source, its rows; the graph's: candidates)
+            for name in searched:
+                if name in shared:
+                    continue
+                if (own_vector := vectors.get(own[name])) is not None:
+                    jobs.append((name, "vector", storage.vector_search(name, own_vector, wheres[name], per_list, columns[name])))
+                if name in early:
+                    jobs.append((name, "text", early[name]))
+            if shared:
+                if vector is not None:
+                    jobs.append((SHARED, "vector", storage.search.vector_search(vector, where, limit, with_text=with_text,
+                                                                                test=conditions.test())))
+                if SHARED in early:
+                    jobs.append((SHARED, "text", early[SHARED]))
+            if "entity" in storage.memory_types() and request.policy.graph_weight > 0:
+                jobs.append(("", "graph", _graph_list(storage, embedder, replace(request, query=query), vector, text, wheres,
+                                                      RowView.columns("occurred_at", with_text) if lean else None)))
             lists = await asyncio.gather(*(job for _, _, job in jobs))
         if request.exclude:
             lists = [[r for r in rows if (r.record.id if source == "graph" else r["id"]) not in request.exclude
