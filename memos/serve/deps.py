@@ -17,6 +17,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from memos.batching import QueueLimits
+from memos.embeddings import served_embedder
 from memos.exceptions import InvalidFilterError, ScopeError
 from memos.keyed_locks import KeyedLocks
 from memos.memory import MemoryOS
@@ -105,8 +106,8 @@ class ServerState:
             async with self._opening:
                 if self.memory is None:
                     c = self.config
-                    self.memory = c.memory or await MemoryOS.open(c.uri, embedder=c.embedder, storage_options=c.storage_options,
-                                                                  vault_key_file=c.vault_key_file)
+                    self.memory = c.memory or await MemoryOS.open(c.uri, embedder=served_embedder(c.embedder),
+                                                                  storage_options=c.storage_options, vault_key_file=c.vault_key_file)
                     self.memory.limits = QueueLimits(max_pending=c.max_pending, when_full="raise")
                     embedder = self.memory.embedder
                     if embedder is not None and embedder.name.startswith("local:"):  # its weights load now, not in a request

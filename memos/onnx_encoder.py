@@ -1,0 +1,136 @@
+"""The local encoder's forward pass in onnxruntime: the same weights, the same vectors, faster on
+the short calls a server makes.
+
+`memos.sentence_encoder` runs MiniLM in numpy, whose matrix products go to OpenBLAS. On the calls
+a served store makes (a search's query, an add batch's few facts) the products have a few dozen
+rows, where OpenBLAS runs far below its speed on long calls; onnxruntime's kernels do not drop as
+much. Here the encoder's own arrays are written as one ONNX graph (embeddings, the layers with
+the exact erf GELU, masked mean pooling, L2 norm), built in memory when the encoder first runs,
+and run with one thread a call (a server's concurrent calls are its parallelism). Tokenising and
+batching stay the numpy encoder's, so a text gets the same tokens and the same batch; the vectors
+match it to float32 rounding (docs/benchmarks.md has the figures).
+
+Where it runs: `MEMOS_ENCODER_DEVICE=onnx`, and `memos serve` on a CPU when `onnxruntime` and
+`onnx` are installed (the `serve` extra brings them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .sentence_encoder import SentenceEncoder
+
+__all__ = ["OnnxSentenceEncoder", "graph", "onnx_installed"]
+
+
+def onnx_installed() -> bool:
+    """Whether onnxruntime and onnx (which writes the graph) can be imported."""
+    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+
+
+class OnnxSentenceEncoder(SentenceEncoder):
+    """A `SentenceEncoder` whose forward pass (`encode_ids`) runs in onnxruntime; it shares the
+    weights, tokenizer and batching of the encoder it is made from."""
+
+    def __init__(self, encoder: SentenceEncoder) -> None:  # the weights are `encoder`'s: no second load
+        self.__dict__.update(encoder.__dict__)
+        self._session: Any = None
+        self._session_lock = threading.Lock()
+
+    def session(self) -> Any:
+        """The onnxruntime session (built once, on first use; its `run` is thread-safe)."""
+        with self._session_lock:
+            if self._session is None:
+                import onnxruntime
+
+                options = onnxruntime.SessionOptions()
+                options.intra_op_num_threads = 1
+                options.inter_op_num_threads = 1
+                options.log_severity_level = 3  # warnings and up only
+                self._session = onnxruntime.InferenceSession(graph(self), options, providers=["CPUExecutionProvider"])
+            return self._session
+
+    def encode_ids(self, batch: Sequence[Sequence[int]], work: Any = None) -> np.ndarray:
+        """The vectors of one batch of token-id lists (one run of the graph; `work`, the numpy encoder's arrays, is not used)."""
+        n, length = len(batch), max(len(ids) for ids in batch)
+        ids = np.zeros((n, length), dtype=np.int64)
+        mask = np.zeros((n, length), dtype=np.float32)
+        for row, seq in enumerate(batch):
+            ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1.0
+        return np.asarray(self.session().run(None, {"input_ids": ids, "attention_mask": mask})[0], dtype=np.float32)
+
+
+def graph(encoder: SentenceEncoder) -> bytes:
+    """The encoder's forward pass as a serialised ONNX model (opset 17), weights included."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights: list[Any] = []
+    nodes: list[Any] = []
+    count = 0
+
+    def name(kind: str) -> str:
+        nonlocal count
+        count += 1
+        return f"{kind}_{count}"
+
+    def const(array: Any) -> str:
+        out = name("w")
+        weights.append(numpy_helper.from_array(np.asarray(array), out))
+        return out
+
+    def op(kind: str, inputs: list[str], **attributes: Any) -> str:
+        out = name(kind.lower())
+        nodes.append(helper.make_node(kind, inputs, [out], **attributes))
+        return out
+
+    def norm(x: str, gamma: np.ndarray, beta: np.ndarray) -> str:
+        return op("LayerNormalization", [x, const(gamma), const(beta)], axis=-1, epsilon=float(encoder.eps))
+
+    def dense(x: str, weight: np.ndarray, bias: np.ndarray) -> str:
+        return op("Add", [op("MatMul", [x, const(weight)]), const(bias)])
+
+    heads, head_dim = encoder.heads, encoder.dim // encoder.heads
+    one = const(np.array(1.0, np.float32))
+    words = op("Gather", [const(encoder.word), "input_ids"], axis=0)
+    length = op("Shape", ["input_ids"], start=1, end=2)
+    zero = const(np.array([0], np.int64))
+    positions = op("Slice", [const(encoder.position), zero, length, zero])
+    x = norm(op("Add", [op("Add", [words, positions]), const(encoder.token_type)]), *encoder.emb_ln)
+    # a padded key gets the most negative float added before the softmax, as in BERT
+    bias = op("Mul", [op("Sub", [one, "attention_mask"]), const(np.array(np.finfo(np.float32).min, np.float32))])
+    bias = op("Unsqueeze", [bias, const(np.array([1, 2], np.int64))])
+    scale = const(np.array(1.0 / math.sqrt(head_dim), np.float32))
+    for layer in encoder.layers:
+        qkv = op("Reshape", [dense(x, layer.qkv_w, layer.qkv_b), const(np.array([0, 0, 3, heads, head_dim], np.int64))])
+        qkv = op("Transpose", [qkv], perm=[2, 0, 3, 1, 4])  # (3, n, heads, length, head_dim)
+        q, k, v = (op("Gather", [qkv, const(np.array(i, np.int64))], axis=0) for i in range(3))
+        scores = op("Add", [op("Mul", [op("MatMul", [q, op("Transpose", [k], perm=[0, 1, 3, 2])]), scale]), bias])
+        context = op("Transpose", [op("MatMul", [op("Softmax", [scores], axis=-1), v])], perm=[0, 2, 1, 3])
+        context = op("Reshape", [context, const(np.array([0, 0, encoder.dim], np.int64))])
+        x = norm(op("Add", [dense(context, layer.out_w, layer.out_b), x]), layer.ln1_g, layer.ln1_b)
+        up = dense(x, layer.up_w, layer.up_b)
+        erf = op("Erf", [op("Div", [up, const(np.array(math.sqrt(2.0), np.float32))])])
+        gelu = op("Mul", [op("Mul", [up, const(np.array(0.5, np.float32))]), op("Add", [one, erf])])
+        x = norm(op("Add", [dense(gelu, layer.down_w, layer.down_b), x]), layer.ln2_g, layer.ln2_b)
+    mask = op("Unsqueeze", ["attention_mask", const(np.array([2], np.int64))])
+    summed = op("ReduceSum", [op("Mul", [x, mask]), const(np.array([1], np.int64))], keepdims=0)
+    counted = op("Max", [op("ReduceSum", ["attention_mask", const(np.array([1], np.int64))], keepdims=1),
+                         const(np.array(1e-9, np.float32))])
+    pooled = op("Div", [summed, counted])
+    length2 = op("Max", [op("ReduceL2", [pooled], axes=[1], keepdims=1), const(np.array(1e-12, np.float32))])
+    nodes.append(helper.make_node("Div", [pooled, length2], ["vectors"]))
+    model = helper.make_model(
+        helper.make_graph(nodes, "memos-sentence-encoder", [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["n", "length"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, ["n", "length"]),
+        ], [helper.make_tensor_value_info("vectors", TensorProto.FLOAT, ["n", encoder.dim])], weights),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
