@@ -236,3 +236,16 @@ def test_where_test_matches_its_sql_on_the_edges() -> None:
     assert check(Where(Scope("u")).any_time_window(EVENT_TIME, [(when - timedelta(days=1), when)]))
     assert check(Where(Scope("u")).id_in(["r1", "r2"])) and not check(Where(Scope("u")).any_of("id", []))
     assert Where(Scope("u")).raw("importance > 0.5").test() is None  # SQL alone: no test, nothing held
+
+
+def test_removed_rows_make_room_for_new_ones() -> None:
+    """A copy of a scope whose rows come and go stays the size of its live rows."""
+    held = HeldVectors()
+    assert load(held, rows(["k0"]), 1)
+    version = 2
+    for i in range(1, 200):  # each new row replaces the one before it
+        held.wrote(version, rows([f"k{i}"]), [f"k{i - 1}"])
+        version += 1
+    copy = held._held[("w", False)].rows
+    assert keys_of(held) == ["k199"] and len(copy.alive) <= 32
+    assert held.held_rows() == 1

@@ -2,9 +2,9 @@
 process searches again and again is an exact product in numpy, not a LanceDB query.
 
 Below `indexing.ANN_MIN_ROWS` LanceDB answers a vector query by reading every vector its filter
-lets through, and each query has a fixed cost of its own (planning, the filter, the reads): on
-2 cores, served, the shared table's vector query was a third of a search's CPU and most of its
-wait. Here the rows of one `where` (key, vector, `RECORD`, and the indexed text when asked for)
+lets through, and each query has a fixed cost of its own (planning, the filter, the reads): served,
+the shared table's vector query was a large part of a search's CPU and most of its wait
+(docs/benchmarks.md). Here the rows of one `where` (key, vector, `RECORD`, and the indexed text when asked for)
 are read once, in one scan, and then kept up to date by this process's own writes to the table:
 
 - **What the copy is a copy of.** A load reads the table's version before and after its scan;
@@ -26,8 +26,8 @@ are read once, in one scan, and then kept up to date by this process's own write
 - **When in doubt, nothing.** A write whose outcome is unknown (it raised, or gave no version), a
   rebuilt table or a copy that cannot be labelled drops what is held.
 
-Scores are LanceDB's: the cosine distance, 1 - a.b / (|a| |b|), in float32; a row with no vector
-(or a zero one) is never returned, as LanceDB does not return it either.
+Scores are LanceDB's: the cosine distance, 1 - a.b / (|a| |b|), in float32. A row with no vector
+(or a zero one, which has no direction) is never returned from a held copy.
 """
 
 from __future__ import annotations
@@ -114,6 +114,21 @@ class _Rows:
             self.records[i] = self.texts[i] = None
 
     def _grow(self) -> None:
+        """Room for one more row: the live rows moved together when removed ones are half the
+        matrix or more, else a matrix twice the size."""
+        live = np.flatnonzero(self.alive[: self.used])
+        if len(live) <= self.used // 2:
+            key_of = {i: key for key, i in self.at.items()}
+            n = len(live)
+            self.vectors[:n], self.norms[:n] = self.vectors[live], self.norms[live]
+            self.records[:n], self.texts[:n] = [self.records[i] for i in live], [self.texts[i] for i in live]
+            self.records[n : self.used] = self.texts[n : self.used] = [None] * (self.used - n)
+            self.alive[:] = False
+            self.alive[:n] = True
+            self.at = {key_of[i]: j for j, i in enumerate(live.tolist())}
+            self.bytes -= (self.used - n) * (self.dim * 4 + 64)
+            self.used = n
+            return
         size = len(self.alive) * 2
         self.vectors = np.resize(self.vectors, (size, self.dim))
         self.norms = np.resize(self.norms, size)
