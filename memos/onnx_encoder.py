@@ -5,7 +5,7 @@ the short calls a server makes.
 a served store makes (a search's query, an add batch's few facts) the products have a few dozen
 rows, where OpenBLAS runs far below its speed on long calls; onnxruntime's kernels do not drop as
 much. Here the encoder's own arrays are written as one ONNX graph (embeddings, the layers with
-the exact erf GELU, masked mean pooling, L2 norm), built in memory when the encoder first runs,
+the exact erf GELU, masked mean pooling, L2 norm), built when the encoder first runs (the large weights shared with it, not copied),
 and run with one thread a call (a server's concurrent calls are its parallelism). Tokenising and
 batching stay the numpy encoder's, so a text gets the same tokens and the same batch; the vectors
 match it to float32 rounding (docs/benchmarks.md has the figures).
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .sentence_encoder import SentenceEncoder
+from .sentence_encoder import SentenceEncoder, padded
 
 __all__ = ["OnnxSentenceEncoder", "graph", "onnx_installed"]
 
@@ -70,12 +70,7 @@ class OnnxSentenceEncoder(SentenceEncoder):
 
     def encode_ids(self, batch: Sequence[Sequence[int]], work: Any = None) -> np.ndarray:
         """The vectors of one batch of token-id lists (one run of the graph; `work`, the numpy encoder's arrays, is not used)."""
-        n, length = len(batch), max(len(ids) for ids in batch)
-        ids = np.zeros((n, length), dtype=np.int64)
-        mask = np.zeros((n, length), dtype=np.float32)
-        for row, seq in enumerate(batch):
-            ids[row, : len(seq)] = seq
-            mask[row, : len(seq)] = 1.0
+        ids, mask = padded(batch)
         return np.asarray(self.session().run(None, {"input_ids": ids, "attention_mask": mask})[0], dtype=np.float32)
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from ._proc import machine_ticks
 
 __all__ = ["SHAPES_FILE", "SentenceEncoder", "THREADS_ENV", "blas_limit", "encode_threads", "free_cores", "length_batches",
-           "random_weights", "safetensors_header", "set_encode_threads"]
+           "padded", "random_weights", "safetensors_header", "set_encode_threads"]
 
 _F32 = np.float32
 _SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "I64": np.int64}
@@ -158,13 +158,9 @@ class SentenceEncoder:
 
     def encode_ids(self, batch: Sequence[Sequence[int]], work: _Work | None = None) -> np.ndarray:
         """The vectors of one batch of token-id lists (one forward pass; BLAS threads as set)."""
-        n, length = len(batch), max(len(ids) for ids in batch)
+        ids, mask = padded(batch)
+        n, length = ids.shape
         work = work or self.work(n * length)
-        ids = np.zeros((n, length), dtype=np.int64)
-        mask = np.zeros((n, length), dtype=_F32)
-        for row, seq in enumerate(batch):
-            ids[row, : len(seq)] = seq
-            mask[row, : len(seq)] = 1.0
         x = self.word[ids] + self.position[:length] + self.token_type
         x = self._layer_norm(x.reshape(n * length, self.dim), *self.emb_ln)
         # a padded key gets the most negative float added before the softmax, as in BERT
@@ -216,6 +212,18 @@ class SentenceEncoder:
         centered *= gamma
         centered += beta
         return centered
+
+
+def padded(batch: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """A batch of token-id lists as one (n, longest) int64 array, zeros after each list's end, and
+    its float32 mask (1 where a token is)."""
+    n, length = len(batch), max(len(ids) for ids in batch)
+    ids = np.zeros((n, length), dtype=np.int64)
+    mask = np.zeros((n, length), dtype=_F32)
+    for row, seq in enumerate(batch):
+        ids[row, : len(seq)] = seq
+        mask[row, : len(seq)] = 1.0
+    return ids, mask
 
 
 class _Work:
