@@ -622,8 +622,8 @@ async def run_serve_curve(clients: tuple[int, ...] = CURVE_CLIENTS, embedders: t
             "lost": sum(r["lost"] for r in rows), "duplicated": sum(r["duplicated"] for r in rows)}
 
 
-CURVE_COLUMNS = ("clients", "embedder", "servers", "ops/s", "server CPU ms/op", "clients' CPU ms/op", "machine busy", "write p50/p95/p99 ms", "search p50/p95/p99 ms",
-                 "errors", "lost", "duplicated")
+CURVE_COLUMNS = ("clients", "embedder", "servers", "ops/s", "server CPU ms/op", "clients' CPU ms/op", "machine busy",
+                 "write p50/p95/p99 ms", "search p50/p95/p99 ms", "errors", "lost", "duplicated")
 
 
 def _share(value: float | None) -> str | None:
@@ -636,5 +636,6 @@ def curve_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return f"{p['p50']:,.0f} / {p['p95']:,.0f} / {p['p99']:,.0f}"
 
     return [dict(zip(CURVE_COLUMNS, (r["clients"], r["embedder"], r["servers"], r["throughput_ops_s"],
-                                     r.get("server_cpu_ms_per_op"), r.get("client_cpu_ms_per_op"), _share(r.get("machine_busy")), ms(r["write_ms"]),
-                                     ms(r["search_ms"]), json.dumps(r["errors"]), r["lost"], r["duplicated"]))) for r in rows]
+                                     r.get("server_cpu_ms_per_op"), r.get("client_cpu_ms_per_op"), _share(r.get("machine_busy")),
+                                     ms(r["write_ms"]), ms(r["search_ms"]), json.dumps(r["errors"]), r["lost"], r["duplicated"])))
+            for r in rows]

@@ -27,7 +27,8 @@ from typing import Any, TypedDict
 
 from memos.exceptions import InvalidFilterError
 
-__all__ = ["MAX_ID_LENGTH", "RowTest", "Scope", "Stamp", "Where", "sql_in", "sql_string", "valid_at", "validate_record_id", "validate_value"]
+__all__ = ["MAX_ID_LENGTH", "RowTest", "Scope", "Stamp", "Where", "sql_in", "sql_string", "valid_at", "validate_record_id",
+           "validate_value"]
 
 MAX_ID_LENGTH = 256
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
