@@ -19,6 +19,7 @@ from memos.store.lancedb import compaction
 from memos.store.lancedb.compaction import (
     COMPACT_EVERY,
     COMPACT_GAP,
+    DELTA_ROWS,
     INDEX_DELTAS,
     KEEP_VERSIONS,
     MIN_KEEP,
@@ -292,12 +293,15 @@ async def chat(memory: MemoryOS, timer: Timer, first: int, turns: int = COMPACT_
     await memory.storage.settle()
 
 
-async def test_an_automatic_optimize_rewrites_the_new_rows_not_the_table(tmp_path):
+async def test_an_automatic_optimize_rewrites_the_new_rows_not_the_table(tmp_path, monkeypatch):
     """LanceDB's `optimize` merged every fragment under 1M rows and merged each index whole: every
     optimize rewrote the table, and under a sustained load a server's optimizes grew with its store
     until they took most of its CPU. With pylance, an automatic optimize merges only fragments
     under `FRAGMENT_ROWS` and adds the new rows to each index as a part of its own, merging the
-    parts only once there are `INDEX_DELTAS`; what a search finds is the same."""
+    parts only once there are `INDEX_DELTAS` (for a table of `INDEX_DELTAS * DELTA_ROWS` rows or
+    more: `DELTA_ROWS` is scaled down here so that 3,000 rows are one); what a search finds is the same."""
+    monkeypatch.setattr(compaction, "DELTA_ROWS", 3_000 // INDEX_DELTAS)
+    assert compaction.index_parts_allowed(3_000) == INDEX_DELTAS
     memory, timer = await open_store(tmp_path)
     await add_then_rest(memory, timer, episodes(3_000, "base"))
     (base,), before = await layout(memory)
@@ -321,6 +325,34 @@ async def test_an_automatic_optimize_rewrites_the_new_rows_not_the_table(tmp_pat
     assert await memory.storage.count("episodic") == 3_000 + (rounds + 1) * COMPACT_EVERY
     last = rounds * COMPACT_EVERY + 3  # a turn of the last round
     for summary in ("turn 3: ann asked about the ferry", f"turn {last}: ann asked about the ferry", "base 2718: ann walked to the harbour"):
+        hits = await memory.search(summary, SCOPE, k=3)
+        assert hits and hits[0].record.summary == summary
+
+
+def test_a_smaller_table_keeps_fewer_index_parts():
+    """An index is merged after one part per `DELTA_ROWS` rows of its table, from every optimize
+    (under `DELTA_ROWS` rows) to `INDEX_DELTAS` parts: a merge costs in proportion to the table,
+    each part costs every search."""
+    allowed = compaction.index_parts_allowed
+    assert [allowed(rows) for rows in (0, 800, DELTA_ROWS - 1, DELTA_ROWS, 3 * DELTA_ROWS + 5)] == [1, 1, 1, 1, 3]
+    assert allowed(INDEX_DELTAS * DELTA_ROWS) == allowed(10**9) == INDEX_DELTAS
+
+
+async def test_a_small_tables_index_stays_one_part_and_its_fragments_merge(tmp_path):
+    """A table under `DELTA_ROWS` rows (a new server's shared search table) has its index merged at
+    every automatic optimize: one part, so the fragments it covers merge at the next optimize, and
+    a search reads one part and a few fragments instead of up to `INDEX_DELTAS` of each."""
+    memory, timer = await open_store(tmp_path)
+    await add_then_rest(memory, timer, episodes(1_200, "base"))  # over `INDEX_EVERY_ROWS`: indexed at once
+    assert (await layout(memory))[1] == 1 and await unindexed(memory) == 0
+    for round_ in range(4):
+        await chat(memory, timer, round_ * COMPACT_EVERY)
+        fragments_now, parts = await layout(memory)
+        assert parts == 1 and await unindexed(memory) == 0
+        assert len(fragments_now) <= 2  # the rows indexed before this optimize in one, its new rows in the other
+    assert await memory.storage.count("episodic") == 1_200 + 4 * COMPACT_EVERY
+    for summary in ("turn 3: ann asked about the ferry", f"turn {3 * COMPACT_EVERY + 7}: ann asked about the ferry",
+                    "base 271: ann walked to the harbour"):
         hits = await memory.search(summary, SCOPE, k=3)
         assert hits and hits[0].record.summary == summary
 

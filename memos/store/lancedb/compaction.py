@@ -41,6 +41,7 @@ __all__ = [
     "COMPACT_GAP",
     "COMPACT_GROWTH",
     "Compaction",
+    "DELTA_ROWS",
     "FRAGMENTS",
     "FRAGMENT_ROWS",
     "HISTORY_COMPACT_EVERY",
@@ -57,6 +58,7 @@ __all__ = [
     "SEARCHED_COMPACT_GAP",
     "SMALL_COMMIT_ROWS",
     "ending",
+    "index_parts_allowed",
     "keep_versions",
     "pylance",
 ]
@@ -129,6 +131,12 @@ INDEX_DELTAS = 8
 one: the others add the new rows to an index as a part of its own (a delta) instead of merging
 the whole index again, which for the full-text index cost in proportion to the table. A search
 reads every part. The maintenance job's optimize is LanceDB's own, which compacts whole."""
+DELTA_ROWS = 2_048
+"""...fewer parts for a smaller table (`index_parts_allowed`): one per this many rows. A merge costs
+in proportion to the table, so merging every `rows / DELTA_ROWS` optimizes costs about what
+indexing this many rows does, each optimize; a table under it is merged at every optimize. Each
+part costs a search ~0.3-0.4 ms of CPU and keeps the fragments under it from merging with others
+(docs/benchmarks.md, "A small table's index in one part")."""
 CLEANUP_GAP = 10.0
 """Seconds between two removals of a table's old versions by automatic optimizes, unless
 `KEPT_VERSIONS` commits came since the last: LanceDB's cleanup reads every version it keeps
@@ -154,6 +162,12 @@ def keep_versions(commits: int, seconds: float) -> timedelta:
     if commits <= 0 or seconds <= 0:
         return KEEP_VERSIONS
     return max(MIN_KEEP, min(KEEP_VERSIONS, timedelta(seconds=KEPT_VERSIONS * seconds / commits)))
+
+
+def index_parts_allowed(rows: int) -> int:
+    """How many parts an index of a table of `rows` rows may have before an automatic optimize merges
+    them: one per `DELTA_ROWS` rows, 1 to `INDEX_DELTAS` (1: merged at every optimize)."""
+    return max(1, min(INDEX_DELTAS, rows // DELTA_ROWS))
 
 
 def ending() -> bool:
@@ -359,7 +373,7 @@ class Compaction:
 
     async def _fold_in(self, table: Any, state: _Schedule, keep: timedelta) -> None:
         """One automatic optimize of a local table: its small fragments merged (`FRAGMENT_ROWS`), the
-        new rows added to each index as a part of its own or all its parts merged (`INDEX_DELTAS`),
+        new rows added to each index as a part of its own or all its parts merged (`index_parts_allowed`),
         its versions older than `keep` removed (every `CLEANUP_GAP`). Without pylance, or on object
         storage, LanceDB's own `optimize`, which rewrites the table and merges its indexes whole."""
         lance = pylance() if self.root is not None else None
@@ -377,8 +391,9 @@ class Compaction:
             indexes = dataset.describe_indices()
             vectors = [index.name for index in indexes if index.field_names == [VECTOR_COLUMN]]
             parts = {index.name: len(index.segments) for index in indexes if index.field_names != [VECTOR_COLUMN]}
-            deltas = [name for name, n in parts.items() if n < INDEX_DELTAS]
-            merged = [name for name, n in parts.items() if n >= INDEX_DELTAS]
+            allowed = index_parts_allowed(state.sized)
+            deltas = [name for name, n in parts.items() if n < allowed]
+            merged = [name for name, n in parts.items() if n >= allowed]
             if deltas:
                 dataset.optimize.optimize_indices(index_names=deltas, num_indices_to_merge=0)
             if merged:
