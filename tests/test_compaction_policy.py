@@ -27,6 +27,7 @@ from memos.store.lancedb.compaction import (
     SEARCHED_COMPACT_GAP,
     keep_versions,
 )
+from memos.store.lancedb.scalar_indexes import SCALAR_MIN_ROWS, SHARED_INDEXES, STORE_INDEXES
 
 SCOPE = Scope("ann", "agent")
 
@@ -355,6 +356,35 @@ async def test_a_small_tables_index_stays_one_part_and_its_fragments_merge(tmp_p
                     "base 271: ann walked to the harbour"):
         hits = await memory.search(summary, SCOPE, k=3)
         assert hits and hits[0].record.summary == summary
+
+
+async def indexed_columns(table: Any) -> set[str]:
+    return {column for index in await table.list_indices() for column in index.columns}
+
+
+async def test_automatic_optimizes_build_the_scalar_indexes_a_table_needs(tmp_path):
+    """A server's shared search table got its scope and status indexes only from the maintenance
+    job, so until someone scheduled it every search read those columns fragment by fragment. Now
+    an automatic optimize builds them: for a table this process searches at `SEARCHED_SCALAR_ROWS`
+    rows, for the others at `SCALAR_MIN_ROWS`, as the maintenance job does; searches find the same."""
+    memory, timer = await open_store(tmp_path)
+    await add_then_rest(memory, timer, episodes(300, "base"))  # one commit, under every threshold: no optimize yet
+    assert (await memory.search("base 17: ann walked to the harbour", SCOPE, k=1))[0].record.summary == "base 17: ann walked to the harbour"
+    shared = memory.storage.search.table
+    episodic = memory.storage.type_table("episodic").table
+    assert await indexed_columns(shared) == {"text"}
+
+    await chat(memory, timer, 0)  # the shared table, searched, is optimized at 325 rows; the store is not searched
+    assert await indexed_columns(shared) == {"text", *SHARED_INDEXES}
+    assert await indexed_columns(episodic) == {"text"}  # under `SCALAR_MIN_ROWS`
+
+    await add_then_rest(memory, timer, episodes(SCALAR_MIN_ROWS, "more"))
+    assert await indexed_columns(episodic) == {"text", *STORE_INDEXES}
+    assert await indexed_columns(memory.storage.history) == set()  # no scope search reads the history this way
+    for summary in ("base 17: ann walked to the harbour", "turn 11: ann asked about the ferry", "more 999: ann walked to the harbour"):
+        hits = await memory.search(summary, SCOPE, k=1)
+        assert hits and hits[0].record.summary == summary
+    assert not await memory.search("turn 11: ann asked about the ferry", Scope("someone-else"), k=3)
 
 
 async def test_without_pylance_an_automatic_optimize_is_lancedbs_own(tmp_path, monkeypatch):

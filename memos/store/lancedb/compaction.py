@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import time
@@ -32,6 +33,7 @@ from memos._sync import best_effort, exiting
 from memos.store.schema import VECTOR_COLUMN
 
 from ._malloc import release_free_memory
+from .scalar_indexes import SCALAR_MIN_ROWS, SEARCHED_SCALAR_ROWS, scalar_indexes
 from .write_behind import closing
 
 __all__ = [
@@ -187,6 +189,7 @@ class _Schedule:
     running: asyncio.Task[None] | None = None
     quiet: asyncio.TimerHandle | None = None
     searched: bool = False
+    scalars: bool = False  # its scalar indexes are there (`_scalar_indexes`)
     hooks: list[weakref.WeakMethod[Callable[[], Awaitable[None]]]] = field(default_factory=list)
     paced: int = 0  # commits since `paced_since` (the start of the last optimize, or the first commit)
     paced_since: float | None = None
@@ -352,6 +355,7 @@ class Compaction:
                 try:
                     await self._fold_in(table, state, keep)
                     state.sized = await table.count_rows()
+                    await self._scalar_indexes(table, state)
                 except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the writes have committed
                     state.commits += MAX_COMMITS  # due again at the next commit
                     log.warning("automatic compaction of %s skipped (%s); the next one or the maintenance job does it",
@@ -370,6 +374,21 @@ class Compaction:
                     await hook()
                 except Exception as exc:  # a read ahead of need: the reader reads it when it needs it
                     log.debug("a read after optimizing %s skipped (%s)", table.name, exc)
+
+    async def _scalar_indexes(self, table: Any, state: _Schedule) -> None:
+        """Build the scalar indexes a table lacks once it has `SCALAR_MIN_ROWS` rows
+        (`SEARCHED_SCALAR_ROWS` if this process searches it), as the maintenance job would: a server's
+        shared search table would otherwise go without them until someone runs that job, and every
+        search would read its scope and status columns fragment by fragment. Later optimizes keep
+        them up to date with the other indexes."""
+        if state.scalars or state.sized < (SEARCHED_SCALAR_ROWS if state.searched else SCALAR_MIN_ROWS):
+            return
+        wanted = scalar_indexes((await table.schema()).names)
+        indexed = {tuple(index.columns) for index in await table.list_indices()}
+        for column, (_, config) in wanted.items():
+            if (column,) not in indexed:
+                await self._write(table, functools.partial(table.create_index, column, config=config(), replace=True))
+        state.scalars = True
 
     async def _fold_in(self, table: Any, state: _Schedule, keep: timedelta) -> None:
         """One automatic optimize of a local table: its small fragments merged (`FRAGMENT_ROWS`), the

@@ -16,11 +16,10 @@ import functools
 import logging
 from typing import Any
 
-from lancedb.index import Bitmap, BTree
-
 from memos.store.schema import VECTOR_COLUMN
 
 from .purge import vector_index
+from .scalar_indexes import SCALAR_MIN_ROWS, needs_scalar_index, scalar_indexes
 from .search_index import SEARCH_TABLE
 from .storage import Storage
 
@@ -30,32 +29,17 @@ log = logging.getLogger("memos.store.lancedb.indexing")
 
 ANN_MIN_ROWS = 50_000
 """A table with at least this many rows gets an ANN vector index."""
-SCALAR_MIN_ROWS = 1_000
-"""A table with at least this many rows gets scalar indexes on its scope and status columns."""
 MAX_INDEX_PARTS = 32
 """A vector index in more parts than this is built again whole. Each optimize adds the new rows
 to a table's vector index as one more part (LanceDB appends, it never merges them), and keeps
 each part's rows in fragments of their own (a compaction merges only fragments under the same
 index parts), so a chat's one-row commits slowly make every vector query dearer. The
 rebuild also sizes the partitions for the rows the table has now."""
-_SCALAR_INDEXES = {"user_id": ("btree", BTree), "agent_id": ("bitmap", Bitmap), "status": ("bitmap", Bitmap), "id": ("btree", BTree)}
-"""The filter columns every search uses, and the kind of index each gets. A search of the shared
-table (`memos.store.lancedb.search_index`) may read its winners' rows from their stores by id,
-which the B-tree on `id` makes a lookup."""
-_SHARED_INDEXES = {"user_id": ("btree", BTree), "agent_id": ("bitmap", Bitmap), "status": ("bitmap", Bitmap),
-                   "memory_type": ("bitmap", Bitmap), "key": ("btree", BTree)}
-"""The shared search table's: scope and status as everywhere, its store column, and the key its
-mirrored writes and deletes find rows by."""
 
 
 def needs_ann_index(rows: int, has_index: bool, *, min_rows: int = ANN_MIN_ROWS, has_vectors: bool = True) -> bool:
     """Whether a table of `rows` rows should get an ANN vector index now."""
     return has_vectors and not has_index and rows >= min_rows
-
-
-def needs_scalar_index(rows: int, has_index: bool, *, min_rows: int = SCALAR_MIN_ROWS) -> bool:
-    """Whether a table should get a scalar index on its scope columns now."""
-    return not has_index and rows >= min_rows
 
 
 async def ensure_indexes(storage: Storage, *, min_rows: int | None = None, max_parts: int = MAX_INDEX_PARTS) -> dict[str, str]:
@@ -70,7 +54,7 @@ async def ensure_indexes(storage: Storage, *, min_rows: int | None = None, max_p
         rows = await storage.read(table, table.count_rows)
         indexed = {tuple(idx.columns) for idx in await storage.read(table, table.list_indices)}
         notes = []
-        scalars = _SHARED_INDEXES if name == SEARCH_TABLE else _SCALAR_INDEXES
+        scalars = scalar_indexes((await storage.read(table, table.schema)).names)
         for column, (kind, config) in scalars.items():
             if needs_scalar_index(rows, (column,) in indexed, min_rows=scalar_rows):
                 await storage.rewrite(table, functools.partial(table.create_index, column, config=config(), replace=True))
