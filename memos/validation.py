@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
 from pydantic import ValidationError
 
-from memos.store.scope import Scope, validate_record_id, validate_value
+from memos.store.scope import Scope, utc_time, validate_record_id, validate_value
 
 from .exceptions import DuplicateIdError, InvalidFilterError, InvalidRecordError
 from .memtypes import MemoryRecord
@@ -124,14 +124,7 @@ def check_bool(value: object, what: str) -> bool:
 
 def check_time(value: object, what: str) -> datetime | None:
     """None or a datetime from year 1 to 9999 (naive means UTC); returned in UTC."""
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise InvalidFilterError(f"{what} must be a datetime, got {type(value).__name__}")
-    try:
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    except (OverflowError, ValueError):
-        raise InvalidFilterError(f"{what} {value!r} is outside the years 1 to 9999 once taken to UTC") from None
+    return None if value is None else utc_time(value, what)
 
 
 def check_tags(tags: object) -> list[str] | None:

@@ -27,8 +27,8 @@ from typing import Any, TypedDict
 
 from memos.exceptions import InvalidFilterError
 
-__all__ = ["MAX_ID_LENGTH", "RowTest", "Scope", "Stamp", "Where", "sql_in", "sql_string", "valid_at", "validate_record_id",
-           "validate_value"]
+__all__ = ["MAX_ID_LENGTH", "RowTest", "Scope", "Stamp", "Where", "sql_in", "sql_string", "utc_time", "valid_at",
+           "validate_record_id", "validate_value"]
 
 MAX_ID_LENGTH = 256
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -147,7 +147,7 @@ class Scope:
         return "/".join(x for x in (self.user_id, self.agent_id, self.session_id) if x)
 
 
-def _utc(value: datetime, what: str) -> datetime:
+def utc_time(value: object, what: str) -> datetime:
     """`value` in UTC (a naive one is UTC), or a clear error for what is no datetime or leaves the years 1-9999."""
     if not isinstance(value, datetime):
         raise InvalidFilterError(f"{what} must be a datetime, got {type(value).__name__}")
@@ -179,14 +179,14 @@ def _row_time(row: Mapping[str, Any], column: str) -> Any:
 
 
 def _sql_time(value: datetime) -> str:
-    """A UTC datetime (`_utc`) as a SQL timestamp literal."""
+    """A UTC datetime (`utc_time`) as a SQL timestamp literal."""
     # strftime's %Y does not pad years before 1000, which the SQL parser then rejects
     return (f"TIMESTAMP '{value.year:04d}-{value.month:02d}-{value.day:02d} "
             f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}'")
 
 
 def _timestamp(value: datetime, what: str) -> str:
-    return _sql_time(_utc(value, what))
+    return _sql_time(utc_time(value, what))
 
 
 def valid_at(when: datetime) -> str:
@@ -242,17 +242,17 @@ class Where:
 
     def time_range(self, column: str, since: datetime | None, until: datetime | None) -> Where:
         if since is not None:
-            low = _utc(since, "since")
+            low = utc_time(since, "since")
             self._add(f"{column} >= {_sql_time(low)}", lambda row: _row_time(row, column) >= low)
         if until is not None:
-            high = _utc(until, "until")
+            high = utc_time(until, "until")
             self._add(f"{column} < {_sql_time(high)}", lambda row: _row_time(row, column) < high)
         return self
 
     def any_time_window(self, column: str, windows: list[tuple[datetime, datetime]]) -> Where:
         """Rows whose `column` falls in any of the [start, end] windows."""
         if windows:
-            spans = [(_utc(a, "window start"), _utc(b, "window end")) for a, b in windows]
+            spans = [(utc_time(a, "window start"), utc_time(b, "window end")) for a, b in windows]
             self._add(" OR ".join(
                 f"({column} >= {_sql_time(a)} AND {column} <= {_sql_time(b)})" for a, b in spans),
                 lambda row: any(a <= _row_time(row, column) <= b for a, b in spans))
