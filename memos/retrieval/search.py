@@ -180,7 +180,8 @@ async def search(
                 name: asyncio.ensure_future(storage.text_search(name, texts[own[name]], wheres[name], per_list, columns[name]))
                 for name in searched if name not in shared and texts[own[name]]}
             if shared and text:
-                early[SHARED] = asyncio.ensure_future(storage.search.text_search(text, where, limit, with_text=with_text))
+                early[SHARED] = asyncio.ensure_future(storage.search.text_search(text, where, limit, with_text=with_text,
+                                                                                      test=conditions.test()))
             try:
                 found = await asyncio.gather(*(embedder.embed_query(q[:MAX_QUERY_CHARS]) for q in wanted)) if embedder else []
             except BaseException:

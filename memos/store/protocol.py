@@ -79,7 +79,8 @@ class SharedIndex(Protocol):
     async def vector_search(self, vector: list[float], where: str, limit: int, *, with_text: bool = False,
                             test: RowTest | None = None) -> list[dict[str, Any]]: ...
 
-    async def text_search(self, text: str, where: str, limit: int, *, with_text: bool = False) -> list[dict[str, Any]]: ...
+    async def text_search(self, text: str, where: str, limit: int, *, with_text: bool = False,
+                          test: RowTest | None = None) -> list[dict[str, Any]]: ...
 
     def typed_row(self, memory_type: str, body: str) -> dict[str, Any]:
         """The typed row of a shared row's record, as `Store.take` reads it."""

@@ -26,6 +26,7 @@ outside the default set (core, entity) are searched with their own queries.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -44,8 +45,8 @@ from memos.store.protocol import EVENT_TIME, RECORD
 from memos.store.schema import VECTOR_COLUMN, arrow_schema, arrow_table
 from memos.store.scope import RowTest, sql_in, sql_string
 
-from .held_vectors import HeldVectors
-from .text_index import text_index
+from .held_rows import TERMS_MAX_ROWS, HeldRows
+from .text_index import has_tokenizer, index_tokens, text_index
 
 T = TypeVar("T")
 
@@ -169,6 +170,16 @@ def _matrix(column: pa.ChunkedArray, dim: int) -> np.ndarray:
     return out
 
 
+def _held_ranked(found: Sequence[dict[str, Any]], score: str, with_text: bool) -> list[dict[str, Any]]:
+    """A held copy's answer as `_ranked` gives LanceDB's: `ranked_row`s with the score (and text)."""
+    out = ranked_rows([r[RECORD] for r in found])
+    for row, hit in zip(out, found, strict=True):
+        row[score] = hit[score]
+        if with_text:
+            row["text"] = hit["text"]
+    return out
+
+
 def _micros(at: datetime) -> int:
     delta = at.astimezone(UTC) - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
@@ -190,8 +201,9 @@ class SearchIndex:
         self._schema: tuple[int, pa.Schema] | None = None
         self.behind = False
         """A mirror write failed in this process: searches use the per-store queries until `check`."""
-        self.held = HeldVectors()
-        """Vectors of the filters searched most, held in memory and kept up to date by `mirror` (`memos.store.lancedb.held_vectors`)."""
+        self.held = HeldRows(tokenizer=index_tokens if has_tokenizer() else None)
+        """The rows of the filters searched most, held in memory and kept up to date by `mirror`
+        (`memos.store.lancedb.held_rows`)."""
 
     def covers(self, memory_type: str) -> bool:
         return memory_type in self.types
@@ -392,52 +404,87 @@ class SearchIndex:
         """The `limit` nearest rows in `where` (cosine), best first, as `ranked_row`s (with the
         indexed `text` if `with_text`) with `_distance`. With `test` (the same filter as a test of
         a row: `Where.test`), from the rows held in memory once the filter is searched often
-        (`memos.store.lancedb.held_vectors`)."""
+        (`memos.store.lancedb.held_rows`)."""
         if test is not None and self.storage.commits.path is not None:
-            found = await self._held_nearest(vector, where, limit, with_text, test)
+            found = await self._held(where, with_text, test, "vector",
+                                     lambda epoch: self.held.nearest(where, with_text, epoch, vector, limit))
             if found is not None:
-                return found
+                return _held_ranked(found, "_distance", with_text)
         return await self._ranked(self.table.query().nearest_to(vector).distance_type("cosine"), "_distance", where, limit, with_text)
 
-    async def _held_nearest(self, vector: list[float], where: str, limit: int, with_text: bool,
-                            test: RowTest) -> list[dict[str, Any]] | None:
-        """`vector_search` from the held rows of `where`, loading them if it is time; None: ask LanceDB."""
+    async def text_search(self, text: str, where: str, limit: int, *, with_text: bool = False,
+                          test: RowTest | None = None) -> list[dict[str, Any]]:
+        """The `limit` best BM25 matches of `text` in `where`, best first, as `ranked_row`s with
+        `_score`. With `test`, from the rows held in memory once the filter is searched often, with
+        the table's terms (`memos.store.lancedb.held_rows`)."""
+        if test is not None and self.storage.commits.path is not None:
+            found = await self._held(where, with_text, test, "text",
+                                     lambda epoch: self.held.best_text(where, with_text, epoch, text, limit))
+            if found is not None:
+                return _held_ranked(found, "_score", with_text)
+        return await self._ranked(self.table.query().nearest_to_text(text, columns="text"), "_score", where, limit, with_text)
+
+    async def _held(self, where: str, with_text: bool, test: RowTest, kind: str,
+                    answer: Callable[[int], list[dict[str, Any]] | None]) -> list[dict[str, Any]] | None:
+        """`answer` (a search of the held copies at the table's commit epoch), loading what it
+        needs first if it is time (the filter's rows; for full text, the table's terms); None: ask LanceDB."""
         table, held = self.table, self.held
         await self.storage.behind.barrier(table, read=True)  # rows queued for the table are written (and held) first
         epoch = self.storage.commits.epoch(table.name)
-        found = held.nearest(where, with_text, epoch, vector, limit)
-        if found is None and held.wanted(where, with_text, epoch):
-            dim = self.storage.dim
-            columns = ["key", RECORD, VECTOR_COLUMN, *(["text"] if with_text else [])]
-            query = table.query().where(where).select(columns).limit(held.limit_rows(dim) + 1)
+        found = answer(epoch)
+        if found is None and held.wanted(where, with_text, epoch, kind) and (kind != "text" or held.text_possible(epoch)):
+            if not held.has_copy(where, with_text, epoch):
+                await self._load_copy(table, where, with_text, test, epoch)
+            if kind == "text" and held.terms_wanted(epoch):
+                await self._load_terms(table, epoch)
+            if table is self.table:
+                found = answer(epoch)
+        if found is not None:
+            self.storage.compaction.searching(table)
+        return found
 
-            async def load() -> tuple[int, pa.Table, int]:
-                before = await table.version()
-                rows = await query.to_arrow()
-                return before, rows, await table.version()
+    async def _load_copy(self, table: Any, where: str, with_text: bool, test: RowTest, epoch: int) -> None:
+        """Read the rows of `where` (in one scan) and hold them."""
+        held = self.held
+        dim = self.storage.dim if self.storage.embedder_name is not None else 0
+        columns = ["key", RECORD, *([VECTOR_COLUMN] if dim else []), *(["text"] if with_text else [])]
+        query = table.query().where(where).select(columns).limit(held.limit_rows(dim) + 1)
 
-            generation = held.begin()
-            try:
-                before, rows, after = await self.storage.read(table, load)
-                if table is self.table and held.keep(
-                        where, with_text, test, epoch, generation, before, after, rows["key"].to_pylist(),
-                        _matrix(rows[VECTOR_COLUMN], dim), rows[RECORD].to_pylist(), rows["text"].to_pylist() if with_text else None):
-                    found = held.nearest(where, with_text, epoch, vector, limit)
-            finally:
-                held.end()
-        if found is None:
-            return None
-        self.storage.compaction.searching(table)
-        out = ranked_rows([r[RECORD] for r in found])
-        for row, hit in zip(out, found, strict=True):
-            row["_distance"] = hit["_distance"]
-            if with_text:
-                row["text"] = hit["text"]
-        return out
+        async def load() -> tuple[int, pa.Table, int]:
+            before = await table.version()
+            rows = await query.to_arrow()
+            return before, rows, await table.version()
 
-    async def text_search(self, text: str, where: str, limit: int, *, with_text: bool = False) -> list[dict[str, Any]]:
-        """The `limit` best BM25 matches of `text` in `where`, best first, as `ranked_row`s with `_score`."""
-        return await self._ranked(self.table.query().nearest_to_text(text, columns="text"), "_score", where, limit, with_text)
+        generation = held.begin()
+        try:
+            before, rows, after = await self.storage.read(table, load)
+            if table is self.table:
+                vectors = _matrix(rows[VECTOR_COLUMN], dim) if dim else np.zeros((rows.num_rows, 0), dtype=np.float32)
+                held.keep(where, with_text, test, epoch, generation, before, after, rows["key"].to_pylist(),
+                          vectors, rows[RECORD].to_pylist(), rows["text"].to_pylist() if with_text else None)
+        finally:
+            held.end()
+
+    async def _load_terms(self, table: Any, epoch: int) -> None:
+        """Read every row's text (in one scan, `TERMS_MAX_ROWS` at most), tokenize it in a worker
+        thread and hold the table's terms."""
+        held = self.held
+        query = table.query().select(["key", "text"]).limit(TERMS_MAX_ROWS + 1)
+
+        async def load() -> tuple[int, pa.Table, int]:
+            before = await table.version()
+            rows = await query.to_arrow()
+            return before, rows, await table.version()
+
+        generation = held.begin()
+        try:
+            before, rows, after = await self.storage.read(table, load)
+            complete = rows.num_rows <= TERMS_MAX_ROWS
+            tokens = await asyncio.to_thread(index_tokens, rows["text"].to_pylist()) if complete else []
+            if table is self.table and tokens is not None:
+                held.keep_terms(epoch, generation, before, after, rows["key"].to_pylist() if complete else [], tokens, complete)
+        finally:
+            held.end()
 
     async def _ranked(self, query: Any, score: str, where: str, limit: int, with_text: bool) -> list[dict[str, Any]]:
         table = self.table

@@ -1,10 +1,11 @@
-"""Vectors held in memory for the shared table's most searched filters
-(`memos.store.lancedb.held_vectors`): the same answers as LanceDB's own vector query, kept
-up to date by this process's writes, dropped when another process writes, never across scopes."""
+"""Rows held in memory for the shared table's most searched filters
+(`memos.store.lancedb.held_rows`): the same answers as LanceDB's own vector and full-text queries,
+kept up to date by this process's writes, dropped when another process writes, never across scopes."""
 
 from __future__ import annotations
 
 import itertools
+import math
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -12,7 +13,9 @@ import pytest
 from memos.memtypes import Episode, Fact
 
 from memos import MemoryOS, Scope
-from memos.store.lancedb.held_vectors import HeldVectors
+from memos.retrieval.search import fts_query
+from memos.store.lancedb.held_rows import HeldRows
+from memos.store.lancedb.text_index import index_tokens
 from memos.store.protocol import EVENT_TIME
 from memos.store.scope import Where
 
@@ -119,7 +122,7 @@ async def test_another_process_write_is_found_and_drops_the_copy(db_path, embedd
     assert held.held_rows() == 4
 
 
-async def test_search_results_unchanged_by_held_vectors(mem: MemoryOS) -> None:
+async def test_search_results_unchanged_by_held_rows(mem: MemoryOS) -> None:
     """The facade's top-k search gives the same hits with the held copy as without it."""
     await mem.add(ALICE, [Fact(subject=f"s{i}", summary=s) for i, s in enumerate(
         ["alice's sister lives in Lyon", "alice plays the cello", "alice works as a nurse", "alice's cat is called Tom",
@@ -139,7 +142,7 @@ def rows(keys: list[str], user: str = "u") -> list[dict]:
              "vector": rng.normal(size=4).astype(np.float32), "record": f'["semantic","{k}",0.5,0]\n{{}}'} for k in keys]
 
 
-def load(held: HeldVectors, data: list[dict], before: int, after: int | None = None, generation: int | None = None) -> bool:
+def load(held: HeldRows, data: list[dict], before: int, after: int | None = None, generation: int | None = None) -> bool:
     """A load's end: `keep` of rows read between versions `before` and `after`."""
     began = generation is None
     generation = held.begin() if generation is None else generation
@@ -151,13 +154,13 @@ def load(held: HeldVectors, data: list[dict], before: int, after: int | None = N
             held.end()
 
 
-def keys_of(held: HeldVectors, vector=np.ones(4)) -> list[str]:
+def keys_of(held: HeldRows, vector=np.ones(4)) -> list[str]:
     found = held.nearest("w", False, 0, vector, 100)
     return sorted(r["record"].split('"')[3] for r in found) if found is not None else None
 
 
 def test_a_load_is_kept_only_at_one_version_and_takes_the_writes_after_it() -> None:
-    held = HeldVectors()
+    held = HeldRows()
     data = rows(["a", "b"])
     assert not load(held, data, 4, 5)  # a write landed while it read: which version it saw is unknown
     assert keys_of(held) is None
@@ -178,7 +181,7 @@ def test_a_load_is_kept_only_at_one_version_and_takes_the_writes_after_it() -> N
 
 
 def test_a_load_is_not_kept_after_a_clear_or_too_many_writes_beside_it() -> None:
-    held = HeldVectors()
+    held = HeldRows()
     data = rows(["a", "b"])
     generation = held.begin()
     held.clear()
@@ -192,7 +195,7 @@ def test_a_load_is_not_kept_after_a_clear_or_too_many_writes_beside_it() -> None
 
 
 def test_a_key_read_twice_is_held_once() -> None:
-    held = HeldVectors()
+    held = HeldRows()
     data = rows(["a", "a", "b"])
     assert load(held, data, 1)
     held.wrote(2, (), ["a"])
@@ -200,7 +203,7 @@ def test_a_key_read_twice_is_held_once() -> None:
 
 
 def test_nearest_is_cosine_and_skips_rows_without_vectors() -> None:
-    held = HeldVectors()
+    held = HeldRows()
     data = rows(["a", "b", "c"])
     data[1]["vector"] = np.full(4, np.nan, dtype=np.float32)  # no vector stored
     data[2]["vector"] = np.zeros(4, dtype=np.float32)
@@ -213,7 +216,7 @@ def test_nearest_is_cosine_and_skips_rows_without_vectors() -> None:
 
 
 def test_filters_too_large_are_left_to_lancedb_and_not_read_again() -> None:
-    held = HeldVectors(budget=4 * 2_000)  # one filter may hold 2000 // (4 * 4 + 512) = 3 rows
+    held = HeldRows(budget=4 * 2_000)  # one filter may hold 2000 // (4 * 4 + 512) = 3 rows
     data = rows(["a", "b", "c", "d"])
     assert held.wanted("w", False, 0) is False and held.wanted("w", False, 0) is True
     assert not load(held, data, 1)
@@ -240,7 +243,7 @@ def test_where_test_matches_its_sql_on_the_edges() -> None:
 
 def test_removed_rows_make_room_for_new_ones() -> None:
     """A copy of a scope whose rows come and go stays the size of its live rows."""
-    held = HeldVectors()
+    held = HeldRows()
     assert load(held, rows(["k0"]), 1)
     version = 2
     for i in range(1, 200):  # each new row replaces the one before it
@@ -249,3 +252,180 @@ def test_removed_rows_make_room_for_new_ones() -> None:
     copy = held._held[("w", False)].rows
     assert keys_of(held) == ["k199"] and len(copy.alive) <= 32
     assert held.held_rows() == 1
+
+
+# --- full text ----------------------------------------------------------------------------
+
+TEXTS = ["alice plays the cello in an orchestra", "alice's cat is called Tom; the cat sleeps all day",
+         "alice ran a half marathon in May, running with her sister", "alice 的猫叫汤姆，它很喜欢睡觉",
+         "周末 alice 在杭州打羽毛球 with friends", "alice prefers green tea to coffee", "the the and of",
+         "alice went running by the river and the cats ran after her"]
+QUERIES = ["running cats", "cello orchestra", "猫 睡觉", "羽毛球 friends", "tea tea coffee", "the of", "unknownword"]
+
+
+async def both_text(mem: MemoryOS, query: str, where: Where, limit: int = 10) -> tuple[list, list]:
+    """(LanceDB's answer, the held answer) for one full-text search of the shared table."""
+    index = mem.storage.search
+    text, sql = fts_query(query), where.condition()
+    return await index.text_search(text, sql, limit), await index.text_search(text, sql, limit, test=where.test())
+
+
+def same_text(plain: list, held: list) -> None:
+    """The same rows with the same scores (LanceDB's in float32), in the same order where the scores differ."""
+    assert sorted((r["memory_type"], r["id"]) for r in held) == sorted((r["memory_type"], r["id"]) for r in plain)
+    by_key = {(r["memory_type"], r["id"]): r["_score"] for r in plain}
+    for r in held:
+        assert r["_score"] == pytest.approx(by_key[r["memory_type"], r["id"]], rel=1e-5)
+    assert [r["_score"] for r in held] == sorted((r["_score"] for r in held), reverse=True)
+
+
+async def test_held_full_text_answers_are_lancedbs_and_follow_every_write(mem: MemoryOS) -> None:
+    facts = [Fact(subject=f"note {i}", summary=text) for i, text in enumerate(TEXTS)]
+    await mem.add(ALICE, facts)
+    await mem.add(BOB, [Fact(subject="bob", summary=f"bob's cats were running in the park {i}") for i in range(4)])
+    index = mem.storage.search
+    await index.rebuild_text_index()  # an index of the rows as they are: LanceDB's scores are then BM25 over them
+    held, where = index.held, shared_where(ALICE)
+    for _ in range(3):  # noted, loaded (rows and terms), answered
+        same_text(*await both_text(mem, "running cats", where))
+    assert held.text_hits >= 2 and held.terms is not None and held.held_rows() == len(TEXTS)
+    for query in QUERIES:
+        plain, found = await both_text(mem, query, where)
+        same_text(plain, found)
+        assert all("bob" not in r["record"] for r in found)  # bob's rows count in the terms, never in the hits
+    assert not (await both_text(mem, "the of", where))[1]  # stop words only: nothing, as LanceDB
+
+    # an add, an update that leaves the filter, a supersede, a delete, and another user's add
+    loads = held.loads
+    [new] = await mem.add(ALICE, [Fact(subject="cats", summary="alice adopted two cats who love running")])
+    await mem.update(ALICE, "semantic", facts[1].id, {"status": "archived"})
+    await mem.supersede(ALICE, "semantic", facts[2].id, Fact(subject="running", summary="alice stopped running; she swims"))
+    await mem.delete(ALICE, "semantic", facts[7].id)
+    await mem.add(BOB, [Fact(subject="bob", summary="bob's cats love running and cats and more cats")])
+    found = {q: (await both_text(mem, q, where))[1] for q in QUERIES}
+    assert held.loads == loads  # kept up to date, not read again
+    assert found["running cats"][0]["id"] == new.id
+    assert {facts[1].id, facts[2].id, facts[7].id}.isdisjoint(r["id"] for r in found["running cats"])
+    await index.rebuild_text_index()  # LanceDB's answer from an index of the rows as they are now
+    for query in QUERIES:
+        plain, _ = await both_text(mem, query, where)
+        same_text(plain, found[query])
+
+
+async def test_held_full_text_with_narrower_filters_and_text(mem: MemoryOS, clock) -> None:
+    start = clock()
+    for day, tags in zip(range(6), itertools.cycle([["a"], ["b"], ["a", "b"], []])):
+        await mem.add(Scope("carol", "planner" if day % 2 else "", "s1"),
+                      [Episode(summary=f"carol walked the dog in the park on day {day}", occurred_at=start + timedelta(days=day),
+                               tags=tags)])
+    await mem.storage.search.rebuild_text_index()
+    index = mem.storage.search
+    wheres = [shared_where(Scope("carol", "planner")), shared_where(Scope("carol"), tags=["a"]),
+              shared_where(Scope("carol"), since=start + timedelta(days=2), until=start + timedelta(days=5))]
+    for where in wheres:
+        sql = where.condition()
+        for _ in range(3):
+            plain = await index.text_search("walked dog park", sql, 10, with_text=True)
+            found = await index.text_search("walked dog park", sql, 10, with_text=True, test=where.test())
+            same_text(plain, found)
+            assert [r["text"] for r in sorted(found, key=lambda r: r["id"])] == [r["text"] for r in sorted(plain, key=lambda r: r["id"])]
+    assert index.held.text_hits >= len(wheres)
+
+
+async def test_another_process_write_drops_the_held_terms(db_path, embedder, clock, vault_key) -> None:
+    one = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    await one.add(ALICE, [Fact(subject="pets", summary=f"alice has a cat named {n}") for n in ("Tom", "Mia", "Leo")])
+    where = shared_where(ALICE)
+    for _ in range(3):
+        await both_text(one, "cat named", where)
+    held = one.storage.search.held
+    assert held.terms is not None and held.text_hits >= 1
+    other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    [new] = await other.add(ALICE, [Fact(subject="pets", summary="alice adopted a cat named Kiwi")])
+    hits = held.text_hits
+    plain, found = await both_text(one, "Kiwi", where)
+    assert held.text_hits == hits and [r["id"] for r in found] == [r["id"] for r in plain] == [new.id]  # from LanceDB
+    assert held.terms is None
+    for _ in range(2):  # two searches with no other write in between: held again, with the other's row
+        plain, found = await both_text(one, "Kiwi", where)
+    assert held.text_hits > hits and held.terms is not None and [r["id"] for r in found] == [new.id]
+
+
+def test_index_tokens_are_lances_text_by_text() -> None:
+    import lance
+
+    from memos.store.fulltext import index_form
+    texts = ["Running cats, running DOGS!", None, "", "the and of", index_form("周末在杭州打羽毛球 badminton"),
+             "a zqxjmemosdocbreakzqxj in the text", "naïve café façade", "x" * 60 + " long words"]
+    assert index_tokens(texts) == [[t.text for t in lance.tokenize(text)] if text else [] for text in texts]
+
+
+def text_rows(texts: dict[str, str], user: str = "u") -> list[dict]:
+    return [{**row, "text": texts[row["key"]]} for row in rows(list(texts), user)]
+
+
+def load_text(held: HeldRows, data: list[dict], table: list[dict], before: int) -> None:
+    """Load a filter's rows and the table's terms, both read at version `before`."""
+    assert load(held, data, before)
+    generation = held.begin()
+    assert held.keep_terms(0, generation, before, before, [r["key"] for r in table], index_tokens([r["text"] for r in table]), True)
+    held.end()
+
+
+def best(held: HeldRows, query: str) -> list[tuple[str, float]] | None:
+    found = held.best_text("w", False, 0, query, 10)
+    return None if found is None else [(r["record"].split('"')[3], round(r["_score"], 6)) for r in found]
+
+
+def bm25(table: dict[str, str], query: str, key: str) -> float:
+    """BM25 as LanceDB's index computes it, from the texts alone."""
+    tokens = dict(zip(table, index_tokens(list(table.values())), strict=True))
+    docs = [t for t in tokens.values() if t]
+    average = sum(map(len, docs)) / len(docs)
+    score = 0.0
+    for term in index_tokens([query])[0]:
+        tf, df = tokens[key].count(term), sum(term in t for t in docs)
+        if tf:
+            score += math.log(1 + (len(docs) - df + 0.5) / (df + 0.5)) * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len(tokens[key]) / average))
+    return round(score, 6)
+
+
+def test_held_terms_follow_writes_in_version_order() -> None:
+    held = HeldRows(tokenizer=index_tokens)
+    table = {"a": "cats running", "b": "dogs running fast", "c": "cats and dogs", "z": "cats cats cats"}
+    mine = text_rows({k: v for k, v in table.items() if k != "z"})
+    load_text(held, mine, text_rows({"z": table["z"]}, user="other") + mine, 4)
+    assert best(held, "cats") == [(k, bm25(table, "cats", k)) for k in ("a", "c")]
+    held.wrote(6, text_rows({"d": "cats sleeping"}), ["c"])
+    held.wrote(5, text_rows({"c": "cats everywhere"}))  # older than the delete of c, reported late: changes nothing
+    held.wrote(3, text_rows({"e": "cats"}))  # older than the load: in it already (or removed since)
+    now = {"a": table["a"], "b": table["b"], "d": "cats sleeping", "z": table["z"]}
+    assert best(held, "cats") == sorted([(k, bm25(now, "cats", k)) for k in ("a", "d")], key=lambda x: -x[1])
+    held.wrote(7, [{**text_rows({"a": "cats running"})[0], "status": "archived"}])  # leaves the filter, stays in the terms
+    assert best(held, "cats") == [("d", bm25(now, "cats", "d"))]
+    held.wrote(None)
+    assert best(held, "cats") is None and held.terms is None
+
+
+def test_held_terms_are_not_kept_across_versions_or_for_a_table_too_large() -> None:
+    held = HeldRows(tokenizer=index_tokens)
+    data = text_rows({"a": "cats"})
+    assert load(held, data, 1)
+    generation = held.begin()
+    assert not held.keep_terms(0, generation, 1, 2, ["a"], [["cat"]], True)  # a write landed while it read
+    assert not held.keep_terms(0, generation, 1, 1, [], [], False)  # more rows than are held
+    held.end()
+    assert held.terms is None and not held.terms_wanted(0) and held.terms_wanted(1)
+    assert best(held, "cats") is None
+    assert not HeldRows(tokenizer=None).terms_wanted(0)  # no tokenizer (no pylance): full text is LanceDB's
+
+
+def test_held_postings_survive_rows_moving_together() -> None:
+    held = HeldRows(tokenizer=index_tokens)
+    texts = {"k0": "cats"}
+    load_text(held, text_rows(texts), text_rows(texts), 1)
+    assert best(held, "cats") == [("k0", bm25(texts, "cats", "k0"))]
+    for i in range(1, 120):  # each new row replaces the one before it: the rows move together now and then
+        held.wrote(i + 1, text_rows({f"k{i}": "cats " * (i % 3 + 1)}), [f"k{i - 1}"])
+    now = {"k119": "cats " * (119 % 3 + 1)}
+    assert best(held, "cats") == [("k119", bm25(now, "cats", "k119"))]
