@@ -429,3 +429,48 @@ def test_held_postings_survive_rows_moving_together() -> None:
         held.wrote(i + 1, text_rows({f"k{i}": "cats " * (i % 3 + 1)}), [f"k{i - 1}"])
     now = {"k119": "cats " * (119 % 3 + 1)}
     assert best(held, "cats") == [("k119", bm25(now, "cats", "k119"))]
+
+
+def test_held_postings_of_rows_set_again_and_again_stay_exact() -> None:
+    """A row written again leaves its old tokens dead in the copy's postings until they are packed."""
+    held = HeldRows(tokenizer=index_tokens)
+    words = ["cats", "dogs", "river", "tea", "pottery", "sweden"]
+    texts = {"a": "cats", "b": "dogs"}
+    load_text(held, text_rows(texts), text_rows(texts), 1)
+    assert best(held, "cats") == [("a", bm25(texts, "cats", "a"))]
+    copy = held._held[("w", False)].rows
+    for i in range(150):  # 40 tokens a write: the dead entries pass 1,024 and half of all, and are packed
+        texts = {"a": " ".join(words[(i + j) % 6] for j in range(40)), "b": " ".join(words[(i * j) % 6] for j in range(40))}
+        held.wrote(i + 2, text_rows(texts))
+        if i in (20, 149):
+            for query in ("cats", "river tea", "pottery sweden dogs"):
+                assert best(held, query) == sorted([(k, bm25(texts, query, k)) for k in texts if bm25(texts, query, k)],
+                                                   key=lambda x: -x[1])
+    postings = copy.postings
+    assert postings is not None and postings.used < 1_200 and postings.dead < 1_100
+
+
+def test_held_postings_sorted_by_token_and_the_rows_added_after() -> None:
+    """A search reads the entries sorted by token, and the ones added since it sorted them."""
+    held = HeldRows(tokenizer=index_tokens)
+    words = ["cats", "dogs", "river", "tea", "pottery", "sweden", "running", "coffee", *(f"w{i}" for i in range(22))]
+    texts = {f"k{i}": " ".join(words[(i * j + j // 3) % 30] for j in range(20)) for i in range(60)}
+    load_text(held, text_rows(texts), text_rows(texts), 1)
+
+    def check(query: str) -> None:
+        """The ten best scores, each of the row it names (rows of one score may come in any order)."""
+        scores = {k: bm25(texts, query, k) for k in texts}
+        found = best(held, query)
+        assert found is not None and [score for _, score in found] == sorted((x for x in scores.values() if x), reverse=True)[:10]
+        assert all(scores[k] == score for k, score in found)
+
+    check("river tea")
+    postings = held._held[("w", False)].rows.postings
+    assert postings is not None and postings.sorted == postings.used >= 600
+    for i in range(60, 70):
+        texts[f"k{i}"] = "pottery pottery sweden " + " ".join(words[(i + j) % 30] for j in range(i % 5))
+    held.wrote(2, text_rows({k: texts[k] for k in list(texts)[60:]}), ["k1", "k2"])
+    del texts["k1"], texts["k2"]
+    for query in ("pottery sweden", "cats dogs coffee", "river"):
+        check(query)
+    assert postings.used > postings.sorted  # the rows added since were read apart

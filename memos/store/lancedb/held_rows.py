@@ -69,8 +69,6 @@ and token ids), and a load tokenizes every row (~13 µs a row, in a worker threa
 BM25_K1 = 1.2
 BM25_B = 0.75
 """LanceDB's BM25 parameters (its full-text index has no setting for them)."""
-_POSTING_BYTES = 100
-"""What one (token, row) entry of a copy's postings costs, counted against `BUDGET`."""
 _LOG_ROWS = 8_192
 """Rows written while loads are in flight that are kept for them; past it those loads are not kept."""
 _SEEN = 1_024
@@ -171,9 +169,95 @@ class _Terms:
         return weights
 
 
+class _Postings:
+    """A copy's tokens for full-text scoring: one entry (token id, row position, count) per distinct
+    token of each row, in growing arrays; a row's entries are contiguous, and a row removed or set
+    again has its old entries marked dead until they are half of all. A search finds a token's
+    entries in an order of the entries by token (sorted again as entries are added: about 23
+    bytes an entry in all) and among the few added since, not by reading them all."""
+
+    def __init__(self) -> None:
+        self.token = np.zeros(1024, dtype=np.int32)
+        self.row = np.zeros(1024, dtype=np.int32)
+        self.count = np.zeros(1024, dtype=np.float32)
+        self.live = np.zeros(1024, dtype=bool)
+        self.used = 0
+        self.dead = 0
+        self.span: dict[int, tuple[int, int]] = {}
+        self.sorted = 0
+        """Entries before it are in `order` (their places, by token) and `keys` (their tokens, sorted)."""
+        self.order = np.zeros(0, dtype=np.int64)
+        self.keys = np.zeros(0, dtype=np.int32)
+
+    @property
+    def bytes(self) -> int:
+        return len(self.token) * 13 + len(self.order) * 12
+
+    def add(self, position: int, tokens: array[int]) -> None:
+        self.remove(position)
+        if not tokens:
+            return
+        ids, counts = np.unique(np.asarray(tokens, dtype=np.int32), return_counts=True)
+        n = len(ids)
+        if self.used + n > len(self.token):
+            size = max(2 * len(self.token), self.used + n)
+            self.token, self.row, self.count, self.live = (np.resize(self.token, size), np.resize(self.row, size),
+                                                           np.resize(self.count, size), np.resize(self.live, size))
+            self.live[self.used :] = False
+        start, end = self.used, self.used + n
+        self.token[start:end], self.count[start:end] = ids, counts
+        self.row[start:end] = position
+        self.live[start:end] = True
+        self.span[position] = (start, end)
+        self.used = end
+
+    def remove(self, position: int) -> None:
+        span = self.span.pop(position, None)
+        if span is None:
+            return
+        self.live[span[0] : span[1]] = False
+        self.dead += span[1] - span[0]
+        if self.dead > 1024 and self.dead * 2 > self.used:
+            self._pack()
+
+    def _pack(self) -> None:
+        """The live entries moved together (each row's stay contiguous)."""
+        keep = np.flatnonzero(self.live[: self.used])
+        before = np.zeros(self.used + 1, dtype=np.int64)
+        before[1:] = np.cumsum(self.live[: self.used])  # live entries before each place: its new place
+        self.span = {position: (int(before[a]), int(before[b])) for position, (a, b) in self.span.items()}
+        n = len(keep)
+        self.token[:n], self.row[:n], self.count[:n] = self.token[keep], self.row[keep], self.count[keep]
+        self.live[:n], self.live[n:] = True, False
+        self.used, self.dead, self.sorted = n, 0, 0
+
+    def scores(self, weights: Mapping[int, float], lengths: np.ndarray, average: float) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, BM25 scores) of the rows holding a weighed token (`lengths`: each position's tokens)."""
+        m = len(weights)
+        ids = np.fromiter(weights.keys(), dtype=np.int32, count=m)
+        order = np.argsort(ids)
+        ids, weight = ids[order], np.fromiter(weights.values(), dtype=np.float64, count=m)[order]
+        token = self.token[: self.used]
+        if self.used - self.sorted > max(512, self.sorted // 8):  # sorted again once the entries after it are an eighth
+            self.order = np.argsort(token, kind="stable")
+            self.keys, self.sorted = token[self.order], self.used
+        low, high = np.searchsorted(self.keys, ids, "left"), np.searchsorted(self.keys, ids, "right")
+        newer = self.sorted + np.flatnonzero(np.isin(token[self.sorted :], ids))
+        at = np.concatenate([*(self.order[a:b] for a, b in zip(low.tolist(), high.tolist(), strict=True)), newer])
+        at = at[self.live[at]]
+        if not len(at):
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        position, tf = self.row[at], self.count[at].astype(np.float64)
+        k1, b = BM25_K1, BM25_B
+        part = weight[np.searchsorted(ids, token[at])] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[position] / average))
+        total = np.bincount(position, weights=part, minlength=len(lengths))
+        found = np.flatnonzero(np.bincount(position, minlength=len(lengths)))
+        return found, total[found]
+
+
 class _Rows:
     """One filter's rows: vectors in one growing matrix, keys to positions, removed rows masked;
-    for full text, postings (token id to positions and counts) built at the first full-text search."""
+    for full text, its rows' tokens (`_Postings`) gathered at the first full-text search."""
 
     def __init__(self, keys: Sequence[str], vectors: np.ndarray, records: Sequence[str], texts: Sequence[str | None]) -> None:
         """The rows of a load: `vectors` one float32 row per key (a row of NaN: none stored; no
@@ -197,10 +281,8 @@ class _Rows:
             self.records[i] = self.texts[i] = None
         self.used = n
         self.bytes = n * (self.dim * 4 + 64) + sum(len(r) for r in records) + sum(len(t) for t in texts if t)
-        self.postings: dict[int, dict[int, int]] | None = None
+        self.postings: _Postings | None = None
         self.lengths = np.zeros(size, dtype=np.float64)
-        self._posted: dict[int, array[int]] = {}
-        """Each position's token ids, as posted (what its removal takes out)."""
 
     def put(self, key: str, vector: Any, record: str, text: str | None, tokens: array[int] | None) -> None:
         """Set `key`'s row (`tokens`: its token ids, None: not known, which drops the postings)."""
@@ -289,14 +371,13 @@ class _Rows:
 
     def drop_postings(self) -> None:
         if self.postings is not None:
-            self.bytes -= sum(len(p) for p in self.postings.values()) * _POSTING_BYTES
+            self.bytes -= self.postings.bytes
         self.postings = None
-        self._posted = {}
 
     def build_postings(self, terms: _Terms) -> bool:
         """Post every live row's tokens (from `terms`); False, and nothing built, when a row is not in them."""
         self.drop_postings()
-        self.postings = {}
+        self.postings = _Postings()
         for key, i in self.at.items():
             tokens = terms.of.get(key)
             if tokens is None:
@@ -308,48 +389,30 @@ class _Rows:
     def _post(self, i: int, tokens: array[int]) -> None:
         postings = self.postings
         assert postings is not None
-        counts = collections.Counter(tokens)
-        for token, count in counts.items():
-            postings.setdefault(token, {})[i] = count
-        self._posted[i] = array("i", counts)
+        self.bytes -= postings.bytes
+        postings.add(i, tokens)
         self.lengths[i] = len(tokens)
-        self.bytes += len(counts) * _POSTING_BYTES
+        self.bytes += postings.bytes
 
     def _unpost(self, i: int) -> None:
-        posted = self._posted.pop(i, None)
-        if posted is None or self.postings is None:
-            return
-        for token in posted:
-            at = self.postings.get(token)
-            if at is not None:
-                at.pop(i, None)
-                if not at:
-                    del self.postings[token]
-        self.bytes -= len(posted) * _POSTING_BYTES
+        if self.postings is not None:
+            self.bytes -= self.postings.bytes
+            self.postings.remove(i)
+            self.bytes += self.postings.bytes
 
     def best_text(self, weights: Mapping[int, float], average: float, limit: int) -> list[tuple[int, float]]:
         """The `limit` best BM25 matches as (position, score), best first (`weights`: `_Terms.weights`)."""
-        postings = self.postings
-        if postings is None or limit <= 0 or average <= 0:
+        if self.postings is None or not weights or limit <= 0 or average <= 0:
             return []
-        n = self.used
-        scores = np.zeros(n, dtype=np.float64)
-        matched = np.zeros(n, dtype=bool)
-        k1, b = BM25_K1, BM25_B
-        for token, weight in weights.items():
-            at = postings.get(token)
-            if not at:
-                continue
-            positions = np.fromiter(at.keys(), dtype=np.int64, count=len(at))
-            tf = np.fromiter(at.values(), dtype=np.float64, count=len(at))
-            scores[positions] += weight * tf * (k1 + 1) / (tf + k1 * (1 - b + b * self.lengths[positions] / average))
-            matched[positions] = True
-        found = np.flatnonzero(matched)
+        before = self.postings.bytes
+        found, scores = self.postings.scores(weights, self.lengths, average)
+        self.bytes += self.postings.bytes - before  # the order by token may have been built again
         k = min(limit, len(found))
         if k < len(found):
-            found = found[np.argpartition(-scores[found], k - 1)[:k]]
-        found = found[np.argsort(-scores[found], kind="stable")]
-        return [(int(i), float(scores[i])) for i in found]
+            top = np.argpartition(-scores, k - 1)[:k]
+            found, scores = found[top], scores[top]
+        order = np.argsort(-scores, kind="stable")
+        return [(int(found[i]), float(scores[i])) for i in order]
 
 
 @dataclass
