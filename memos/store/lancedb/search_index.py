@@ -30,7 +30,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -204,6 +204,8 @@ class SearchIndex:
         self.held = HeldRows(tokenizer=index_tokens if has_tokenizer() else None)
         """The rows of the filters searched most, held in memory and kept up to date by `mirror`
         (`memos.store.lancedb.held_rows`)."""
+        self._loading: dict[tuple[str, ...], asyncio.Task[None]] = {}
+        """The loads of held rows running (`_once`)."""
 
     def covers(self, memory_type: str) -> bool:
         return memory_type in self.types
@@ -427,62 +429,69 @@ class SearchIndex:
     async def _held(self, where: str, with_text: bool, test: RowTest, kind: str,
                     answer: Callable[[int], list[dict[str, Any]] | None]) -> list[dict[str, Any]] | None:
         """`answer` (a search of the held copies at the table's commit epoch), loading what it
-        needs first if it is time (the filter's rows; for full text, the table's terms); None: ask LanceDB."""
+        needs first if it is time (the filter's rows; the table's terms, which a full-text search
+        needs, are read with them); None: ask LanceDB."""
         table, held = self.table, self.held
         await self.storage.behind.barrier(table, read=True)  # rows queued for the table are written (and held) first
         epoch = self.storage.commits.epoch(table.name)
         found = answer(epoch)
         if found is None and held.wanted(where, with_text, epoch, kind) and (kind != "text" or held.text_possible(epoch)):
-            if not held.has_copy(where, with_text, epoch):
-                await self._load_copy(table, where, with_text, test, epoch)
-            if kind == "text" and held.terms_wanted(epoch):
-                await self._load_terms(table, epoch)
+            rows, terms = not held.has_copy(where, with_text, epoch), held.terms_wanted(epoch)
+            if rows or (terms and kind == "text"):
+                await self._once((where, with_text, rows, terms), lambda: self._load(table, where if rows else None, with_text, test,
+                                                                                    epoch, terms))
             if table is self.table:
                 found = answer(epoch)
         if found is not None:
             self.storage.compaction.searching(table)
         return found
 
-    async def _load_copy(self, table: Any, where: str, with_text: bool, test: RowTest, epoch: int) -> None:
-        """Read the rows of `where` (in one scan) and hold them."""
+    async def _once(self, what: tuple[Any, ...], load: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `load`, or wait for the same load already running on this loop (a search's vector
+        and full-text queries run together and may both want a filter's rows)."""
+        loop = asyncio.get_running_loop()
+        running = self._loading.get(what)
+        if running is not None and running.get_loop() is loop and not running.done():
+            await asyncio.shield(running)
+            return
+        task: asyncio.Task[None] = loop.create_task(load())
+        self._loading[what] = task
+        try:
+            await asyncio.shield(task)
+        finally:
+            if self._loading.get(what) is task and task.done():
+                del self._loading[what]
+
+    async def _load(self, table: Any, where: str | None, with_text: bool, test: RowTest, epoch: int, terms: bool) -> None:
+        """Read the rows of `where` (None: not wanted) and, if `terms`, every row's text
+        (`TERMS_MAX_ROWS` at most) in one read of the table at one version, and hold them; the
+        texts are tokenized in a worker thread."""
         held = self.held
         dim = self.storage.dim if self.storage.embedder_name is not None else 0
         columns = ["key", RECORD, *([VECTOR_COLUMN] if dim else []), *(["text"] if with_text else [])]
-        query = table.query().where(where).select(columns).limit(held.limit_rows(dim) + 1)
+        rows_query = None if where is None else table.query().where(where).select(columns).limit(held.limit_rows(dim) + 1)
+        terms_query = table.query().select(["key", "text"]).limit(TERMS_MAX_ROWS + 1) if terms else None
 
-        async def load() -> tuple[int, pa.Table, int]:
+        async def load() -> tuple[int, pa.Table | None, pa.Table | None, int]:
             before = await table.version()
-            rows = await query.to_arrow()
-            return before, rows, await table.version()
+            rows = None if rows_query is None else await rows_query.to_arrow()
+            texts = None if terms_query is None else await terms_query.to_arrow()
+            return before, rows, texts, await table.version()
 
         generation = held.begin()
         try:
-            before, rows, after = await self.storage.read(table, load)
-            if table is self.table:
+            before, rows, texts, after = await self.storage.read(table, load)
+            if table is not self.table:
+                return
+            if rows is not None and where is not None:
                 vectors = _matrix(rows[VECTOR_COLUMN], dim) if dim else np.zeros((rows.num_rows, 0), dtype=np.float32)
                 held.keep(where, with_text, test, epoch, generation, before, after, rows["key"].to_pylist(),
                           vectors, rows[RECORD].to_pylist(), rows["text"].to_pylist() if with_text else None)
-        finally:
-            held.end()
-
-    async def _load_terms(self, table: Any, epoch: int) -> None:
-        """Read every row's text (in one scan, `TERMS_MAX_ROWS` at most), tokenize it in a worker
-        thread and hold the table's terms."""
-        held = self.held
-        query = table.query().select(["key", "text"]).limit(TERMS_MAX_ROWS + 1)
-
-        async def load() -> tuple[int, pa.Table, int]:
-            before = await table.version()
-            rows = await query.to_arrow()
-            return before, rows, await table.version()
-
-        generation = held.begin()
-        try:
-            before, rows, after = await self.storage.read(table, load)
-            complete = rows.num_rows <= TERMS_MAX_ROWS
-            tokens = await asyncio.to_thread(index_tokens, rows["text"].to_pylist()) if complete else []
-            if table is self.table and tokens is not None:
-                held.keep_terms(epoch, generation, before, after, rows["key"].to_pylist() if complete else [], tokens, complete)
+            if texts is not None:
+                complete = texts.num_rows <= TERMS_MAX_ROWS
+                tokens = await asyncio.to_thread(index_tokens, texts["text"].to_pylist()) if complete else []
+                if tokens is not None and table is self.table:
+                    held.keep_terms(epoch, generation, before, after, texts["key"].to_pylist() if complete else [], tokens, complete)
         finally:
             held.end()
 
