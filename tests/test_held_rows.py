@@ -415,6 +415,7 @@ def test_held_terms_are_not_kept_across_versions_or_for_a_table_too_large() -> N
     assert not held.keep_terms(0, generation, 1, 2, ["a"], [["cat"]], True)  # a write landed while it read
     assert not held.keep_terms(0, generation, 1, 1, [], [], False)  # more rows than are held
     held.end()
+    assert held.best_text("w", False, 1, "cats", 10) is None  # a search at another epoch (another process committed)
     assert held.terms is None and not held.terms_wanted(0) and held.terms_wanted(1)
     assert best(held, "cats") is None
     assert not HeldRows(tokenizer=None).terms_wanted(0)  # no tokenizer (no pylance): full text is LanceDB's
@@ -474,3 +475,19 @@ def test_held_postings_sorted_by_token_and_the_rows_added_after() -> None:
     for query in ("pottery sweden", "cats dogs coffee", "river"):
         check(query)
     assert postings.used > postings.sorted  # the rows added since were read apart
+
+
+def test_terms_dropped_soon_by_other_processes_are_read_again_later_and_later() -> None:
+    """A store other workers commit to all the time: the whole table's terms are not read at every lull."""
+    held = HeldRows(tokenizer=index_tokens)
+    texts = {"a": "cats"}
+    waits = []
+    for epoch in range(5):
+        searches = 1
+        while held.best_text("w", False, epoch, "cats", 10) is None and not held.terms_wanted(epoch):
+            searches += 1
+        waits.append(searches)
+        generation = held.begin()
+        assert held.keep_terms(epoch, generation, 1, 1, list(texts), index_tokens(list(texts.values())), True)
+        held.end()
+    assert waits == [1, 2, 4, 8, 16]  # each read dropped by the next epoch before it served many searches

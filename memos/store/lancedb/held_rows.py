@@ -69,6 +69,9 @@ and token ids), and a load tokenizes every row (~13 µs a row, in a worker threa
 BM25_K1 = 1.2
 BM25_B = 0.75
 """LanceDB's BM25 parameters (its full-text index has no setting for them)."""
+_SETTLED = 256
+"""Searches answered with the terms after which their drop by another process starts the count again."""
+_MOST_DROPS = 6
 _LOG_ROWS = 8_192
 """Rows written while loads are in flight that are kept for them; past it those loads are not kept."""
 _SEEN = 1_024
@@ -108,6 +111,8 @@ class _Terms:
 
     def __init__(self, version: int, epoch: int, keys: Sequence[str], tokens: Sequence[Sequence[str]]) -> None:
         self.version, self.epoch = version, epoch
+        self.searches = 0
+        """Full-text searches answered with these terms."""
         self.ids: dict[str, int] = {}
         self.df: list[int] = []
         self.of: dict[str, array[int]] = {}
@@ -466,6 +471,12 @@ class HeldRows:
         """Filters found to have too many rows to hold: left to LanceDB."""
         self.terms: _Terms | None = None
         self._terms_large: int | None = None
+        self._terms_drops = 0
+        """How often in a row the terms were dropped by another process's commit soon after a read:
+        the next read waits for 2 ** it full-text searches finding the counters still (a store that
+        other workers write all the time is not read whole again and again)."""
+        self._still = (-1, 0)
+        """(the commit epoch, how many full-text searches in a row found it)."""
         """The epoch at which the table had too many rows for its terms to be held."""
         self._loading = 0
         """Loads in flight: while there are any, this process's writes are logged for them."""
@@ -542,11 +553,14 @@ class HeldRows:
         """The `limit` best full-text matches of `query` (its words, as for LanceDB) in `where`
         from a held copy, as (`RECORD`, text, `_score`) dicts, best first; None when no copy or no
         terms are held at this epoch."""
+        self._still = (epoch, self._still[1] + 1) if self._still[0] == epoch else (epoch, 1)
         terms = self.terms
         if terms is None or terms.epoch != epoch or self.tokenizer is None:
             if terms is not None and terms.epoch != epoch:
                 self.terms = None
+                self._terms_drops = min(self._terms_drops + 1, _MOST_DROPS) if terms.searches < _SETTLED else 0
             return None
+        terms.searches += 1
         held = self._copy(where, with_text, epoch)
         if held is None:
             return None
@@ -583,9 +597,13 @@ class HeldRows:
         """Whether full-text searches can be held at this epoch (a tokenizer, a table not found too large)."""
         return self.tokenizer is not None and self._terms_large != epoch
 
+    def has_terms(self, epoch: int) -> bool:
+        return self.terms is not None and self.terms.epoch == epoch
+
     def terms_wanted(self, epoch: int) -> bool:
         """Whether the table's terms should be read now (not held at this epoch, not found too many)."""
-        return self.text_possible(epoch) and (self.terms is None or self.terms.epoch != epoch)
+        return (self.text_possible(epoch) and (self.terms is None or self.terms.epoch != epoch)
+                and self._still[0] == epoch and self._still[1] >= 2 ** self._terms_drops)
 
     def begin(self) -> int:
         """A load is about to read: this process's writes are logged until it `end`s; returns

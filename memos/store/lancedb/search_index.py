@@ -437,6 +437,8 @@ class SearchIndex:
         found = answer(epoch)
         if found is None and held.wanted(where, with_text, epoch, kind) and (kind != "text" or held.text_possible(epoch)):
             rows, terms = not held.has_copy(where, with_text, epoch), held.terms_wanted(epoch)
+            if kind == "text" and not terms and not held.has_terms(epoch):
+                return None  # the terms wait for a quieter table (`HeldRows.terms_wanted`): a copy alone answers no full text
             if rows or (terms and kind == "text"):
                 await self._once((where, with_text, rows, terms), lambda: self._load(table, where if rows else None, with_text, test,
                                                                                     epoch, terms))
