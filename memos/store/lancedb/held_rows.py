@@ -454,8 +454,8 @@ class _Write:
     version: int
     sets: Sequence[Mapping[str, Any]]
     removed: Sequence[str]
-    tokens: Sequence[Sequence[str]] | None
-    """The tokens of `sets`' texts (None: the terms were not held when it was written)."""
+    tokens: Sequence[Sequence[str]]
+    """The tokens of `sets`' texts (none without a tokenizer)."""
 
 
 class HeldRows:
@@ -471,13 +471,13 @@ class HeldRows:
         """Filters found to have too many rows to hold: left to LanceDB."""
         self.terms: _Terms | None = None
         self._terms_large: int | None = None
+        """The epoch at which the table had too many rows for its terms to be held."""
         self._terms_drops = 0
         """How often in a row the terms were dropped by another process's commit soon after a read:
         the next read waits for 2 ** it full-text searches finding the counters still (a store that
         other workers write all the time is not read whole again and again)."""
         self._still = (-1, 0)
         """(the commit epoch, how many full-text searches in a row found it)."""
-        """The epoch at which the table had too many rows for its terms to be held."""
         self._loading = 0
         """Loads in flight: while there are any, this process's writes are logged for them."""
         self._log: list[_Write] = []
@@ -496,18 +496,16 @@ class HeldRows:
         if version is None:
             self.clear()
             return
-        tokens = None
-        if self.terms is not None or self._loading:
-            tokens = self.tokenizer([row.get("text") for row in sets]) if self.tokenizer is not None and sets else None
-            if tokens is None and sets:
-                self.terms = None
+        tokens: Sequence[Sequence[str]] = []
+        if sets and self.tokenizer is not None and (self.terms is not None or self._loading):
+            tokens = self.tokenizer([row.get("text") for row in sets])
         if self._loading:
             self._log.append(_Write(version, sets, removed, tokens))
             self._logged += len(sets) + len(removed)
             if self._logged > _LOG_ROWS:
                 self._forget_log()
         if self.terms is not None:
-            self.terms.take(version, [row["key"] for row in sets], tokens or [], removed)
+            self.terms.take(version, [row["key"] for row in sets], tokens, removed)
         for held in self._held.values():
             held.take(version, sets, removed, self.terms)
         self._fit()
@@ -555,8 +553,8 @@ class HeldRows:
         terms are held at this epoch."""
         self._still = (epoch, self._still[1] + 1) if self._still[0] == epoch else (epoch, 1)
         terms = self.terms
-        if terms is None or terms.epoch != epoch or self.tokenizer is None:
-            if terms is not None and terms.epoch != epoch:
+        if terms is None or terms.epoch != epoch:
+            if terms is not None:
                 self.terms = None
                 self._terms_drops = min(self._terms_drops + 1, _MOST_DROPS) if terms.searches < _SETTLED else 0
             return None
@@ -593,16 +591,14 @@ class HeldRows:
         held = self._held.get((where, with_text))
         return held is not None and held.epoch == epoch
 
-    def text_possible(self, epoch: int) -> bool:
-        """Whether full-text searches can be held at this epoch (a tokenizer, a table not found too large)."""
-        return self.tokenizer is not None and self._terms_large != epoch
-
     def has_terms(self, epoch: int) -> bool:
+        """Whether the table's terms are held at this epoch."""
         return self.terms is not None and self.terms.epoch == epoch
 
     def terms_wanted(self, epoch: int) -> bool:
-        """Whether the table's terms should be read now (not held at this epoch, not found too many)."""
-        return (self.text_possible(epoch) and (self.terms is None or self.terms.epoch != epoch)
+        """Whether the table's terms should be read now: a tokenizer, not held at this epoch, not
+        found too many, and enough full-text searches finding the counters still (`_terms_drops`)."""
+        return (self.tokenizer is not None and self._terms_large != epoch and not self.has_terms(epoch)
                 and self._still[0] == epoch and self._still[1] >= 2 ** self._terms_drops)
 
     def begin(self) -> int:
@@ -652,11 +648,11 @@ class HeldRows:
         if not complete:
             self._terms_large = epoch
             return False
-        if before != after or generation != self._generation or any(w.tokens is None and w.sets for w in self._log):
+        if before != after or generation != self._generation:
             return False
         terms = _Terms(before, epoch, keys, tokens)
         for write in sorted(self._log, key=lambda w: w.version):
-            terms.take(write.version, [row["key"] for row in write.sets], write.tokens or [], write.removed)
+            terms.take(write.version, [row["key"] for row in write.sets], write.tokens, write.removed)
         self.terms = terms
         for held in self._held.values():  # built again from these terms at their next full-text search
             held.rows.drop_postings()

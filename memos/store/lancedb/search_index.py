@@ -435,9 +435,9 @@ class SearchIndex:
         await self.storage.behind.barrier(table, read=True)  # rows queued for the table are written (and held) first
         epoch = self.storage.commits.epoch(table.name)
         found = answer(epoch)
-        if found is None and held.wanted(where, with_text, epoch, kind) and (kind != "text" or held.text_possible(epoch)):
+        if found is None and held.wanted(where, with_text, epoch, kind):
             rows, terms = not held.has_copy(where, with_text, epoch), held.terms_wanted(epoch)
-            if kind == "text" and not terms and not held.has_terms(epoch):
+            if kind == "text" and not (terms or held.has_terms(epoch)):
                 return None  # the terms wait for a quieter table (`HeldRows.terms_wanted`): a copy alone answers no full text
             if rows or (terms and kind == "text"):
                 await self._once((where, with_text, rows, terms), lambda: self._load(table, where if rows else None, with_text, test,
@@ -492,7 +492,7 @@ class SearchIndex:
             if texts is not None:
                 complete = texts.num_rows <= TERMS_MAX_ROWS
                 tokens = await asyncio.to_thread(index_tokens, texts["text"].to_pylist()) if complete else []
-                if tokens is not None and table is self.table:
+                if table is self.table:
                     held.keep_terms(epoch, generation, before, after, texts["key"].to_pylist() if complete else [], tokens, complete)
         finally:
             held.end()

@@ -33,20 +33,19 @@ def has_tokenizer() -> bool:
     return importlib.util.find_spec("lance") is not None
 
 
-def index_tokens(texts: Sequence[str | None]) -> list[list[str]] | None:
+def index_tokens(texts: Sequence[str | None]) -> list[list[str]]:
     """Each text's tokens as the full-text index (`text_index_config`) splits it: Lance's own
-    tokenizer with the same settings, repeats kept, in order (no text: no tokens). None without
-    pylance (the `serve` extra), which has the tokenizer."""
-    try:
-        import lance
-    except ImportError:
-        return None
+    tokenizer with the same settings, repeats kept, in order (no text: no tokens). Needs pylance
+    (the `serve` extra; `has_tokenizer`)."""
+    import lance
+
     out: list[list[str]] = [[] for _ in texts]
-    together = [i for i, text in enumerate(texts) if text and _BETWEEN not in text.lower()]
-    alone = set(range(len(texts))) - set(together)
+    together = []
     for i, text in enumerate(texts):
-        if text and i in alone:
+        if text and _BETWEEN in text.lower():
             out[i] = [t.text for t in lance.tokenize(text)]
+        elif text:
+            together.append(i)
     if together:
         parts: list[list[str]] = [[]]
         for token in lance.tokenize(f" {_BETWEEN} ".join(texts[i] or "" for i in together)):
