@@ -21,6 +21,7 @@ from memos.batching import Coalescer
 from memos.group_commit import linger
 from memos.jobs.audit import history_gaps
 from memos.store.lancedb.journal import JOURNAL_DIR
+from memos.store.lancedb.replay import absent
 
 ANN, BOB = Scope("ann", "helper"), Scope("bob", "helper")
 
@@ -190,10 +191,10 @@ async def test_a_replay_sees_rows_another_open_committed_a_moment_ago(db_path: P
     """A replay writes only the rows its tables lack, as of their newest version: rows committed
     by another open (another process) within its read-consistency second are not written twice."""
     mine, other = await MemoryOS.open(db_path, embedder=None), await MemoryOS.open(db_path, embedder=None)
-    assert await mine.storage.absent("semantic", [{"id": "nothing"}])  # this open has read the table just now
+    assert await absent(mine.storage, "semantic", [{"id": "nothing"}])  # this open has read the table just now
     [fact] = await other.add(ANN, Fact(subject="boat", summary="boat at pier four"))
     await other.storage.flush_queued()  # committed by the other open
-    assert await mine.storage.absent("semantic", [{"id": fact.id}]) == []
+    assert await absent(mine.storage, "semantic", [{"id": fact.id}]) == []
 
 
 def test_a_segment_another_open_replayed_and_deleted_while_it_was_listed_is_not_replayed_again(tmp_path: Path, monkeypatch):

@@ -14,7 +14,8 @@ from memos.memtypes import Episode, Fact
 
 from memos import MemoryOS, Scope
 from memos.retrieval.search import fts_query
-from memos.store.lancedb.held_rows import HeldRows
+from memos.store.lancedb.held_rows import CATCH_UP_MAX_KEYS, UNEXPLAINED_SECONDS, HeldRows
+from memos.store.lancedb.search_index import CHANGES_DIR
 from memos.store.lancedb.text_index import index_tokens
 from memos.store.protocol import EVENT_TIME
 from memos.store.scope import Where
@@ -102,24 +103,60 @@ async def test_filters_held_are_the_sql_filters(mem: MemoryOS, clock) -> None:
     assert mem.storage.search.held.loads == len(wheres)
 
 
-async def test_another_process_write_is_found_and_drops_the_copy(db_path, embedder, clock, vault_key) -> None:
+async def test_another_process_writes_are_caught_up_from_its_notices(db_path, embedder, clock, vault_key) -> None:
+    one = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    tom, mia, leo = await one.add(ALICE, [Fact(subject="pets", summary=f"alice has a cat named {n}") for n in ("Tom", "Mia", "Leo")])
+    where = shared_where(ALICE)
+    for _ in range(3):
+        same(*await both(one, "alice's cat", where))
+    held = one.storage.search.held
+    assert held.held_rows() == 3 and held.loads == 1
+    # a second open of the store has counters of its own: to the first, its writes are another process's
+    other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    [new] = await other.add(ALICE, [Fact(subject="pets", summary="alice adopted a cat named Kiwi")])
+    await other.add(BOB, [Fact(subject="pets", summary="bob adopted a cat named Rex")])
+    plain, found = await both(one, "alice adopted a cat", where)
+    same(plain, found)
+    assert found[0]["id"] == new.id and held.held_rows() == 4  # the other's rows read again, not the whole filter
+    assert held.loads == 1 and held.catch_ups >= 1
+    # an update that leaves the filter, a supersede, a delete, and this process's own write between them
+    await other.update(ALICE, "semantic", tom.id, {"status": "archived"})
+    await one.add(ALICE, [Fact(subject="pets", summary="alice feeds the cats at seven")])
+    leo2 = await other.supersede(ALICE, "semantic", leo.id, Fact(subject="pets", summary="alice's cat Leo is now called Leon"))
+    await other.delete(ALICE, "semantic", mia.id)
+    hits = held.hits
+    plain, found = await both(one, "alice's cat", where)
+    same(plain, found)
+    assert held.hits == hits + 1 and held.loads == 1
+    ids = {r["id"] for r in found}
+    assert ids & {tom.id, mia.id, leo.id} == set() and leo2.id in ids and held.held_rows() == 3
+
+
+async def test_a_version_nobody_explained_drops_what_is_held(db_path, embedder, clock, vault_key) -> None:
+    """A commit with no notice (its process died between the two, or the notice file went before
+    it was read): the held copies do not hide it for longer than `UNEXPLAINED_SECONDS`."""
     one = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
     await one.add(ALICE, [Fact(subject="pets", summary=f"alice has a cat named {n}") for n in ("Tom", "Mia", "Leo")])
     where = shared_where(ALICE)
     for _ in range(3):
         same(*await both(one, "alice's cat", where))
     held = one.storage.search.held
-    assert held.held_rows() == 3
-    # a second open of the store has counters of its own: to the first, its writes are another process's
+    now = [0.0]
+    held.clock = lambda: now[0]
     other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
-    [new] = await other.add(ALICE, [Fact(subject="pets", summary="alice adopted a cat named Kiwi")])
+    [kiwi] = await other.add(ALICE, [Fact(subject="pets", summary="alice adopted a cat named Kiwi")])
+    for notice in (db_path / CHANGES_DIR).iterdir():  # the notices are gone before the first process read them
+        if not notice.name.startswith(one.storage.search.reads.changes._prefix):
+            notice.unlink()
+    await both(one, "alice adopted a cat", where)
+    assert held.held_rows() == 3  # taken as the other's commit on its way ...
+    now[0] += UNEXPLAINED_SECONDS + 1
+    await other.add(ALICE, [Fact(subject="pets", summary="alice adopted a dog named Pip")])
     plain, found = await both(one, "alice adopted a cat", where)
-    same(plain, found)
-    assert found[0]["id"] == new.id
-    assert held.held_rows() == 0  # dropped, asked of LanceDB
-    for _ in range(2):  # two searches with no other write in between: held again
+    assert held.held_rows() == 0 and kiwi.id in [r["id"] for r in plain]  # ... until too long: dropped, asked of LanceDB
+    for _ in range(2):
         same(*await both(one, "alice adopted a cat", where))
-    assert held.held_rows() == 4
+    assert held.held_rows() == 5
 
 
 async def test_search_results_unchanged_by_held_rows(mem: MemoryOS) -> None:
@@ -332,7 +369,7 @@ async def test_held_full_text_with_narrower_filters_and_text(mem: MemoryOS, cloc
     assert index.held.text_hits >= len(wheres)
 
 
-async def test_another_process_write_drops_the_held_terms(db_path, embedder, clock, vault_key) -> None:
+async def test_another_process_writes_are_caught_up_in_the_held_terms(db_path, embedder, clock, vault_key) -> None:
     one = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
     await one.add(ALICE, [Fact(subject="pets", summary=f"alice has a cat named {n}") for n in ("Tom", "Mia", "Leo")])
     where = shared_where(ALICE)
@@ -342,13 +379,13 @@ async def test_another_process_write_drops_the_held_terms(db_path, embedder, clo
     assert held.terms is not None and held.text_hits >= 1
     other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
     [new] = await other.add(ALICE, [Fact(subject="pets", summary="alice adopted a cat named Kiwi")])
+    await other.add(BOB, [Fact(subject="pets", summary="bob has a cat named Kiwi too")])  # in the terms, not in the filter
+    await other.storage.search.rebuild_text_index()  # LanceDB's scores from every row, as the held terms give them
     hits = held.text_hits
-    plain, found = await both_text(one, "Kiwi", where)
-    assert held.text_hits == hits and [r["id"] for r in found] == [r["id"] for r in plain] == [new.id]  # from LanceDB
-    assert held.terms is None
-    for _ in range(2):  # two searches with no other write in between: held again, with the other's row
-        plain, found = await both_text(one, "Kiwi", where)
-    assert held.text_hits > hits and held.terms is not None and [r["id"] for r in found] == [new.id]
+    for query in ("Kiwi", "cat named", "adopted"):
+        plain, found = await both_text(one, query, where)
+        same_text(plain, found)
+    assert held.text_hits == hits + 3 and [r["id"] for r in found] == [new.id] and held.loads == 1
 
 
 def test_index_tokens_are_lances_text_by_text() -> None:
@@ -477,17 +514,93 @@ def test_held_postings_sorted_by_token_and_the_rows_added_after() -> None:
     assert postings.used > postings.sorted  # the rows added since were read apart
 
 
-def test_terms_dropped_soon_by_other_processes_are_read_again_later_and_later() -> None:
-    """A store other workers commit to all the time: the whole table's terms are not read at every lull."""
+def test_terms_dropped_soon_are_read_again_later_and_later() -> None:
+    """A store whose held rows are dropped all the time: the whole table's terms are not read at every lull."""
     held = HeldRows(tokenizer=index_tokens)
     texts = {"a": "cats"}
     waits = []
-    for epoch in range(5):
+    for _ in range(5):
         searches = 1
-        while held.best_text("w", False, epoch, "cats", 10) is None and not held.terms_wanted(epoch):
+        while held.best_text("w", False, 0, "cats", 10) is None and not held.terms_wanted(0):
             searches += 1
         waits.append(searches)
         generation = held.begin()
-        assert held.keep_terms(epoch, generation, 1, 1, list(texts), index_tokens(list(texts.values())), True)
+        assert held.keep_terms(0, generation, 1, 1, list(texts), index_tokens(list(texts.values())), True)
         held.end()
-    assert waits == [1, 2, 4, 8, 16]  # each read dropped by the next epoch before it served many searches
+        held.clear()  # dropped before it served many searches
+    assert waits == [1, 2, 4, 8, 16]
+
+
+def test_a_catch_up_takes_the_others_keys_at_the_version_it_read_them() -> None:
+    held = HeldRows()
+    assert load(held, rows(["a", "b", "c"]), 4)
+    assert held.behind(1) and not held.behind(0)
+    held.noticed(5, 5, ["a", "x"])  # another process set a and x at 5 ...
+    held.noticed(9, 9, ["b"])  # ... and b at 9, a version the catch-up below reads before
+    held.wrote(6, rows(["a"]))  # this process's write of a, newer than the other's
+    held.known([6, 7, 8])
+    generation = held.begin()
+    assert sorted(held.pending()) == ["a", "b", "x"]
+    # read at version 8: x set, b as it was before 9, a gone (a delete after this process's write at 6)
+    assert held.caught_up(1, generation, 8, held.pending(), rows(["x", "b"]))
+    held.end()
+    assert not held.behind(1) and keys_of_at(held, 1) == ["b", "c", "x"]
+    assert held.pending() == ["b"]  # changed at 9, after what was read: read again next time
+    held.wrote(7, rows(["a"]))  # this process's write of a reported late, older than what the catch-up read
+    assert keys_of_at(held, 1) == ["b", "c", "x"]
+
+
+def test_a_catch_up_during_a_load_reaches_the_loaded_copy() -> None:
+    held = HeldRows()
+    generation = held.begin()  # a load reads at version 3
+    catch = held.begin()
+    held.noticed(4, 4, ["z"])
+    assert held.caught_up(0, catch, 4, ["z"], rows(["z"]))
+    held.end()
+    assert load(held, rows(["a"]), 3, generation=generation)
+    held.end()
+    assert keys_of(held) == ["a", "z"]
+
+
+def test_versions_nobody_explained_drop_everything_after_a_while() -> None:
+    now = [0.0]
+    held = HeldRows(clock=lambda: now[0])
+    assert load(held, rows(["a"]), 4)
+    held.known([5, 7])  # 6: committed by someone who posted no notice (yet)
+    assert held.caught_up(1, held.begin(), 7, [], [])
+    held.end()
+    assert keys_of_at(held, 1) == ["a"]  # a notice on its way: still held
+    now[0] += UNEXPLAINED_SECONDS / 2
+    held.noticed(6, 6, [])
+    assert held.caught_up(2, held.begin(), 7, [], [])
+    held.end()
+    held.known([8])
+    now[0] += UNEXPLAINED_SECONDS * 2
+    assert held.caught_up(3, held.begin(), 9, [], [])  # 9 unexplained from now on
+    held.end()
+    now[0] += UNEXPLAINED_SECONDS + 1
+    assert not held.caught_up(3, held.begin(), 9, [], [])
+    held.end()
+    assert keys_of_at(held, 3) is None and held.empty()
+    assert load(held, rows(["a"]), 9)
+    held.noticed(10, 10, [f"k{i}" for i in range(CATCH_UP_MAX_KEYS + 1)])  # more than one catch-up reads
+    assert held.empty()
+
+
+def keys_of_at(held: HeldRows, epoch: int) -> list[str] | None:
+    found = held.nearest("w", False, epoch, np.ones(4), 100)
+    return sorted(r["record"].split('"')[3] for r in found) if found is not None else None
+
+
+async def test_a_notice_not_understood_drops_what_is_held(db_path, embedder, clock, vault_key) -> None:
+    one = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    await one.add(ALICE, [Fact(subject="pets", summary=f"alice has a cat named {n}") for n in ("Tom", "Mia", "Leo")])
+    where = shared_where(ALICE)
+    for _ in range(3):
+        same(*await both(one, "alice's cat", where))
+    held = one.storage.search.held
+    other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    other.storage.search.reads.changes.post({"v": "not versions"})  # a file written by something else, or damaged
+    [kiwi] = await other.add(ALICE, [Fact(subject="pets", summary="alice adopted a cat named Kiwi")])
+    plain, found = await both(one, "alice adopted a cat", where)
+    assert held.held_rows() == 0 and found[0]["id"] == plain[0]["id"] == kiwi.id

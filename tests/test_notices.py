@@ -61,6 +61,22 @@ def test_a_stale_file_is_removed_and_its_writer_starts_a_new_one(tmp_path, monke
     assert reader.read() == [{"n": 2}]
 
 
+def test_files_of_processes_long_gone_are_removed_by_a_writer_too(tmp_path):
+    """A store no process reads notices from (one process at a time, as a command line uses it)
+    keeps no file of every process that ever wrote to it."""
+    gone = Notices(tmp_path, "changes")
+    gone.post({"n": 1})
+    [name] = os.listdir(tmp_path / "changes")
+    hours_ago = time.time() - 2 * notices.STALE_SECONDS
+    os.utime(tmp_path / "changes" / name, (hours_ago, hours_ago))
+    recent = Notices(tmp_path, "changes")
+    recent.post({"n": 2})
+    later = Notices(tmp_path, "changes")
+    later.post({"n": 3})
+    assert name not in os.listdir(tmp_path / "changes") and len(os.listdir(tmp_path / "changes")) == 2
+    assert not (tmp_path / NOTICES_DIR).exists()  # another kind of notice, another folder
+
+
 def test_object_storage_has_no_notices():
     board = Notices(None)
     board.post({"n": 1})

@@ -404,8 +404,9 @@ class Compaction:
 
         uri = await table.uri()
 
-        def run() -> None:
+        def run() -> range:
             dataset = lance.dataset(uri)
+            start = dataset.version
             dataset.optimize.compact_files(target_rows_per_fragment=target)
             indexes = dataset.describe_indices()
             vectors = [index.name for index in indexes if index.field_names == [VECTOR_COLUMN]]
@@ -421,6 +422,7 @@ class Compaction:
                 dataset.optimize.optimize_indices(index_names=vectors)
             if cleanup:
                 dataset.cleanup_old_versions(older_than=keep)
+            return range(start + 1, dataset.version + 1)  # the versions it committed (and any another process did meanwhile)
 
         await self._write(table, lambda: asyncio.to_thread(run))
         if cleanup:

@@ -18,16 +18,25 @@ process's own writes to the table:
   while a load is in flight are logged, and the load, once labelled, takes those newer than its
   label.
 - **Other processes.** The store's commit counters (`memos.store.lancedb.commits`) tell when
-  another process committed to the table: a copy read before that is dropped, and the search goes
-  to LanceDB. A filter is loaded again only once two searches in a row found the counters still,
-  so a table that others write to all the time is searched as before, with no loads wasted. A
-  store with no counters (object storage) holds nothing.
+  another process committed to the table. Every commit to the shared table posts a change notice
+  (`SearchIndex`: the versions it made and the keys it set or removed, never what a row holds)
+  after it lands and before it is counted, so a process that finds the counters moved reads the
+  others' notices and then re-reads the keys they name, in one query at one version of the table
+  (a catch-up, `caught_up`); what it read is taken like a write of its own at that version, and
+  the copies and the terms are then current at the counters' epoch. Until a catch-up has run, a
+  copy of an older epoch answers nothing (the search goes to LanceDB).
+- **Versions nobody explained.** A catch-up also checks that every version of the table since
+  the oldest copy was read is one this process committed or one a notice named (`known`). A
+  version unexplained for `UNEXPLAINED_SECONDS` (a process that died between its commit and its
+  notice, a notice file removed before it was read) drops everything held, as does a catch-up
+  with more than `CATCH_UP_MAX_KEYS` keys to read. A store with no counters (object storage)
+  holds nothing.
 - **What is held.** Only filters that say how to test a row (`memos.store.scope.Where.test`), and
   only once a filter has been searched twice (a filter of a passing moment, such as a time window
   ending now, is never loaded). At most `BUDGET` bytes in all, the least recently searched copy
   going first; a filter with more rows than a quarter of that is left to LanceDB.
 - **When in doubt, nothing.** A write whose outcome is unknown (it raised, or gave no version), a
-  rebuilt table or a copy that cannot be labelled drops what is held.
+  rebuilt table, an unexplained version or a copy that cannot be labelled drops what is held.
 
 Vector scores are LanceDB's: the cosine distance, 1 - a.b / (|a| |b|), in float32. A row with no
 vector (or a zero one, which has no direction) is never a vector hit.
@@ -49,8 +58,9 @@ from __future__ import annotations
 import collections
 import itertools
 import math
+import time
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +68,7 @@ import numpy as np
 
 from memos.store.scope import RowTest
 
-__all__ = ["BM25_B", "BM25_K1", "BUDGET", "HeldRows", "TERMS_MAX_ROWS"]
+__all__ = ["BM25_B", "BM25_K1", "BUDGET", "CATCH_UP_MAX_KEYS", "HeldRows", "TERMS_MAX_ROWS", "UNEXPLAINED_SECONDS"]
 
 BUDGET = 48 << 20
 """Bytes held in all (vectors, records, texts, a copy's postings). A 384-d row with its record is
@@ -69,8 +79,17 @@ and token ids), and a load tokenizes every row (~13 µs a row, in a worker threa
 BM25_K1 = 1.2
 BM25_B = 0.75
 """LanceDB's BM25 parameters (its full-text index has no setting for them)."""
+CATCH_UP_MAX_KEYS = 2_048
+"""The most keys one catch-up re-reads; past it (another process wrote a large batch) everything
+held is dropped and read again later, which costs about the same."""
+UNEXPLAINED_SECONDS = 5.0
+"""How long a version of the table may be unexplained (no commit of this process, no notice)
+before what is held is dropped: this process's commits in flight and the others' notices on their
+way explain theirs within milliseconds."""
+_KNOWN_MAX = 65_536
+"""Versions remembered as explained above the oldest unexplained one; past it everything is dropped."""
 _SETTLED = 256
-"""Searches answered with the terms after which their drop by another process starts the count again."""
+"""Searches answered with the terms after which their drop starts the count again."""
 _MOST_DROPS = 6
 _LOG_ROWS = 8_192
 """Rows written while loads are in flight that are kept for them; past it those loads are not kept."""
@@ -461,23 +480,32 @@ class _Write:
 class HeldRows:
     """The shared table's held copies for one open store (see the module docstring)."""
 
-    def __init__(self, budget: int = BUDGET, tokenizer: Tokenizer = None) -> None:
+    def __init__(self, budget: int = BUDGET, tokenizer: Tokenizer = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.budget = budget
         self.tokenizer = tokenizer
+        self.clock = clock
         """`text_index.index_tokens` (None: full-text searches are never held)."""
         self._held: collections.OrderedDict[tuple[str, bool], _Held] = collections.OrderedDict()
-        self._seen: collections.OrderedDict[tuple[str, bool, str], int] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[tuple[str, bool, str], None] = collections.OrderedDict()
         self._large: collections.OrderedDict[tuple[str, bool], None] = collections.OrderedDict()
         """Filters found to have too many rows to hold: left to LanceDB."""
         self.terms: _Terms | None = None
         self._terms_large: int | None = None
         """The epoch at which the table had too many rows for its terms to be held."""
         self._terms_drops = 0
-        """How often in a row the terms were dropped by another process's commit soon after a read:
-        the next read waits for 2 ** it full-text searches finding the counters still (a store that
-        other workers write all the time is not read whole again and again)."""
-        self._still = (-1, 0)
-        """(the commit epoch, how many full-text searches in a row found it)."""
+        """How often in a row the terms were dropped soon after a read (`clear`): the next read
+        waits for 2 ** it full-text searches without them (a store whose held rows are dropped all
+        the time is not read whole again and again)."""
+        self._without_terms = 0
+        """Full-text searches since the terms were last dropped (or never read)."""
+        self._pending: dict[str, int] = {}
+        """Keys other processes' notices named, with the newest version that changed each: re-read
+        at the next catch-up."""
+        self._floor: int | None = None
+        """Every version of the table up to it is explained (None: nothing held since the last clear)."""
+        self._known: set[int] = set()
+        """Versions above the floor explained: committed by this process or named by a notice."""
+        self._unexplained_since: float | None = None
         self._loading = 0
         """Loads in flight: while there are any, this process's writes are logged for them."""
         self._log: list[_Write] = []
@@ -487,6 +515,7 @@ class HeldRows:
         self.hits = 0
         self.text_hits = 0
         self.loads = 0
+        self.catch_ups = 0
 
     # --- what this process wrote ---------------------------------------------------------
 
@@ -515,11 +544,88 @@ class HeldRows:
         self._generation += 1
 
     def clear(self) -> None:
-        """Drop everything held (a write of unknown outcome, a rebuilt table)."""
+        """Drop everything held (a write of unknown outcome, a rebuilt table, an unexplained version)."""
+        if self.terms is not None:
+            self._terms_drops = min(self._terms_drops + 1, _MOST_DROPS) if self.terms.searches < _SETTLED else 0
+            self._without_terms = 0
         self._held.clear()
         self._seen.clear()
         self.terms = None
+        self._pending.clear()
+        self._floor, self._known, self._unexplained_since = None, set(), None
         self._forget_log()
+
+    # --- what other processes wrote ------------------------------------------------------
+
+    def empty(self) -> bool:
+        """Nothing held and no load in flight: another process's notices so far concern nothing here."""
+        return not self._held and self.terms is None and not self._loading
+
+    def known(self, versions: Iterable[int]) -> None:
+        """Versions of the table whose changes this process knows of: its own commits (content or
+        not) and those another process's notice named."""
+        floor = self._floor
+        known = self._known
+        known.update(v for v in versions if floor is None or v > floor)
+        if floor is not None:
+            while floor + 1 in known:
+                floor += 1
+                known.discard(floor)
+            self._floor = floor
+        if len(known) > _KNOWN_MAX:
+            self.clear()
+
+    def noticed(self, first: int, last: int, keys: Sequence[str]) -> None:
+        """Another process's notice: its commit made versions `first` to `last` and set or removed `keys`."""
+        self.known(range(first, last + 1))
+        pending = self._pending
+        for key in keys:
+            if pending.get(key, -1) < last:
+                pending[key] = last
+        if len(pending) > CATCH_UP_MAX_KEYS:
+            self.clear()
+
+    def pending(self) -> list[str]:
+        """The keys the next catch-up re-reads."""
+        return list(self._pending)
+
+    def behind(self, epoch: int) -> bool:
+        """Whether a copy or the terms are of an older commit epoch than `epoch` (a catch-up is due)."""
+        return (self.terms is not None and self.terms.epoch != epoch) or any(h.epoch != epoch for h in self._held.values())
+
+    def caught_up(self, epoch: int, generation: int, version: int, keys: Sequence[str], found: Sequence[Mapping[str, Any]]) -> bool:
+        """A catch-up begun at commit `epoch` (after it read the notices) read `keys` at the
+        table's `version`, finding the shared rows `found` (the others were removed): taken like a
+        write of this process, then everything held is current at `epoch`. False when it was not
+        taken (a clear since it began, or a version unexplained for too long: everything dropped)."""
+        if generation != self._generation:
+            return False
+        there = {row["key"] for row in found}
+        self.wrote(version, found, [key for key in keys if key not in there])
+        for key in keys:
+            if self._pending.get(key, version + 1) <= version:
+                del self._pending[key]
+        if self._floor is not None:
+            if self._floor >= version:
+                self._unexplained_since = None
+            elif self._unexplained_since is None:
+                self._unexplained_since = self.clock()
+            elif self.clock() - self._unexplained_since > UNEXPLAINED_SECONDS:
+                self.clear()
+                return False
+        for held in self._held.values():
+            held.epoch = max(held.epoch, epoch)
+        if self.terms is not None:
+            self.terms.epoch = max(self.terms.epoch, epoch)
+        self.catch_ups += 1
+        return True
+
+    def _read_at(self, version: int) -> None:
+        """Something was read whole at `version`: the versions after it are the ones to explain."""
+        if self._floor is None:
+            self._floor = version
+            self._known = {v for v in self._known if v > version}
+            self.known(())
 
     # --- searching -----------------------------------------------------------------------
 
@@ -528,8 +634,7 @@ class HeldRows:
         held = self._held.get(key)
         if held is None:
             return None
-        if held.epoch != epoch:  # another process committed since it was read
-            del self._held[key]
+        if held.epoch != epoch:  # another process committed since: no catch-up yet
             return None
         self._held.move_to_end(key)
         return held
@@ -551,12 +656,11 @@ class HeldRows:
         """The `limit` best full-text matches of `query` (its words, as for LanceDB) in `where`
         from a held copy, as (`RECORD`, text, `_score`) dicts, best first; None when no copy or no
         terms are held at this epoch."""
-        self._still = (epoch, self._still[1] + 1) if self._still[0] == epoch else (epoch, 1)
         terms = self.terms
-        if terms is None or terms.epoch != epoch:
-            if terms is not None:
-                self.terms = None
-                self._terms_drops = min(self._terms_drops + 1, _MOST_DROPS) if terms.searches < _SETTLED else 0
+        if terms is None:
+            self._without_terms += 1
+            return None
+        if terms.epoch != epoch:
             return None
         terms.searches += 1
         held = self._copy(where, with_text, epoch)
@@ -574,18 +678,18 @@ class HeldRows:
         found = rows.best_text(terms.weights(tokens), terms.total / terms.docs if terms.docs else 0.0, limit)
         return [{"record": rows.records[i], "text": rows.texts[i], "_score": score} for i, score in found]
 
-    def wanted(self, where: str, with_text: bool, epoch: int, kind: str = "vector") -> bool:
+    def wanted(self, where: str, with_text: bool, kind: str = "vector") -> bool:
         """Whether the filter should be loaded now for a search of `kind` ("vector", "text"):
-        searched so before at this same epoch."""
+        searched so before."""
         if (where, with_text) in self._large:
             return False
         key = (where, with_text, kind)
-        before = self._seen.get(key)
-        self._seen[key] = epoch
+        before = key in self._seen
+        self._seen[key] = None
         self._seen.move_to_end(key)
         while len(self._seen) > _SEEN:
             self._seen.popitem(last=False)
-        return before == epoch
+        return before
 
     def has_copy(self, where: str, with_text: bool, epoch: int) -> bool:
         held = self._held.get((where, with_text))
@@ -596,10 +700,10 @@ class HeldRows:
         return self.terms is not None and self.terms.epoch == epoch
 
     def terms_wanted(self, epoch: int) -> bool:
-        """Whether the table's terms should be read now: a tokenizer, not held at this epoch, not
-        found too many, and enough full-text searches finding the counters still (`_terms_drops`)."""
-        return (self.tokenizer is not None and self._terms_large != epoch and not self.has_terms(epoch)
-                and self._still[0] == epoch and self._still[1] >= 2 ** self._terms_drops)
+        """Whether the table's terms should be read now: a tokenizer, none held, not found too many
+        at this epoch, and enough full-text searches since they were last dropped (`_terms_drops`)."""
+        return (self.tokenizer is not None and self._terms_large != epoch and self.terms is None
+                and self._without_terms >= 2 ** self._terms_drops)
 
     def begin(self) -> int:
         """A load is about to read: this process's writes are logged until it `end`s; returns
@@ -635,6 +739,7 @@ class HeldRows:
         held = _Held(_Rows(keys, vectors, records, texts if texts is not None else [None] * len(keys)), test, with_text, before, epoch)
         for write in sorted(self._log, key=lambda w: w.version):
             held.take(write.version, write.sets, write.removed, None)
+        self._read_at(before)
         self._held[key] = held
         self.loads += 1
         self._fit()
@@ -653,6 +758,7 @@ class HeldRows:
         terms = _Terms(before, epoch, keys, tokens)
         for write in sorted(self._log, key=lambda w: w.version):
             terms.take(write.version, [row["key"] for row in write.sets], write.tokens, write.removed)
+        self._read_at(before)
         self.terms = terms
         for held in self._held.values():  # built again from these terms at their next full-text search
             held.rows.drop_postings()

@@ -12,8 +12,8 @@ in `.memos-notices/salt`), so no notice names a user, not even one forgotten sin
 minutes, not for ever: a file past `ROTATE_BYTES` or `ROTATE_SECONDS`
 old is continued under a new name and the old one removed `KEEP_SECONDS` later (a reader that is
 behind still finishes it); a file not written for `STALE_SECONDS` (its process gone, or quiet) is
-removed by whichever reader finds it (a quiet process whose file went that way starts a new one at
-its next post); a process that closes removes its own. An object-storage store has no directory:
+removed by whichever reader finds it or by a process that starts a file (a quiet process whose file
+went that way starts a new one at its next post); a process that closes removes its own. An object-storage store has no directory:
 it posts nothing and reads nothing.
 """
 
@@ -41,10 +41,11 @@ QUIET_SECONDS = 1.0
 
 
 class Notices:
-    """The notices of the store at `root` (None: object storage, where there are none)."""
+    """The notices of the store at `root` (None: object storage, where there are none), in the
+    folder `folder` beside its tables (another kind of notice, another folder)."""
 
-    def __init__(self, root: Path | None) -> None:
-        self.folder = None if root is None else root / NOTICES_DIR
+    def __init__(self, root: Path | None, folder: str = NOTICES_DIR) -> None:
+        self.folder = None if root is None else root / folder
         self._prefix = f"{os.getpid()}-{secrets.token_hex(4)}-"
         self._part = 0
         self._fd: int | None = None
@@ -80,6 +81,7 @@ class Notices:
             self._fd = None
         if self._fd is None:
             self.folder.mkdir(exist_ok=True)
+            self._sizes()  # the files of processes long gone are removed (a store no process reads from leaves none behind)
             self._part += 1
             self._fd = os.open(self._own(), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
             self._size, self._opened = 0, now

@@ -8,25 +8,45 @@ its segment, and the next open of the store writes what the segment holds.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from memos.store.scope import sql_in
 
 from .journal import orphans, read_frames
 from .write_behind import HISTORY, STATE
 
-__all__ = ["Replayed", "replay_journal"]
+__all__ = ["Replayed", "absent", "replay_journal"]
 
+T = TypeVar("T")
 log = logging.getLogger("memos.store.lancedb.replay")
 
 
 class Replayed(Protocol):
     """What a replay uses of the store (`Storage`)."""
 
+    history: Any
+    tables: dict[str, Any]
+
     def memory_types(self) -> list[str]: ...
-    async def absent(self, memory_type: str | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
+    async def read(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 4) -> T: ...
     async def add_rows(self, memory_type: str, rows: list[dict[str, Any]], *, shared_by_key: bool = False) -> None: ...
     async def append_history(self, entries: list[dict[str, Any]]) -> None: ...
     async def write_state(self, values: dict[str, str]) -> None: ...
+
+
+async def absent(store: Replayed, memory_type: str | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows whose id the memory type's table (the history table for None) does not hold,
+    as of its newest version (another process may have committed them a moment ago)."""
+    table = store.history if memory_type is None else store.tables[memory_type].table
+    await table.checkout_latest()
+    present: set[str] = set()
+    ids = [r["id"] for r in rows]
+    for start in range(0, len(ids), 1_000):
+        query = table.query().where(sql_in("id", ids[start : start + 1_000])).select(["id"])
+        present.update((await store.read(table, query.to_arrow))["id"].to_pylist())
+    return [r for r in rows if r["id"] not in present]
 
 
 async def replay_journal(store: Replayed, root: Path) -> int:
@@ -57,10 +77,10 @@ async def replay_journal(store: Replayed, root: Path) -> int:
                 continue
             written = 0
             for name, rows in typed.items():
-                missing = await store.absent(name, rows)
+                missing = await absent(store, name, rows)
                 await store.add_rows(name, missing, shared_by_key=True)
                 written += len(missing)
-            await store.append_history(await store.absent(None, history))
+            await store.append_history(await absent(store, None, history))
             if state:  # the newest value it journaled of each key (a session's state)
                 await store.write_state(state)
             if written:

@@ -26,16 +26,14 @@ outside the default set (core, entity) are searched with their own queries.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
@@ -45,8 +43,8 @@ from memos.store.protocol import EVENT_TIME, RECORD
 from memos.store.schema import VECTOR_COLUMN, arrow_schema, arrow_table
 from memos.store.scope import RowTest, sql_in, sql_string
 
-from .held_rows import TERMS_MAX_ROWS, HeldRows
-from .text_index import has_tokenizer, index_tokens, text_index
+from .held_reads import CHANGES_DIR, HeldReads
+from .text_index import text_index
 
 T = TypeVar("T")
 
@@ -67,12 +65,13 @@ class _Store(Protocol):
     async def set_meta(self, key: str, value: str) -> None: ...
     async def read(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 4) -> T: ...
     async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12) -> T: ...
-    async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0, rows_of: Collection[str] = ()) -> T: ...
+    async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0, rows_of: Collection[str] = (),
+                     changed: Sequence[str] | None = None) -> T: ...
     async def rows(self, memory_type: str, where: str | None, limit: int | None = None,
                    columns: list[str] | None = None) -> list[dict[str, Any]]: ...
 
-__all__ = ["EVENT_TIME", "Gathered", "RANKED", "RECORD", "SEARCH_META", "SEARCH_TABLE", "SearchIndex", "mirrored", "ranked_row", "ranked_rows",
-           "record_row", "record_text"]
+__all__ = ["CHANGES_DIR", "EVENT_TIME", "Gathered", "RANKED", "RECORD", "SEARCH_META", "SEARCH_TABLE", "SearchIndex", "mirrored",
+           "ranked_row", "ranked_rows", "record_row", "record_text"]
 
 log = logging.getLogger("memos.store.lancedb.search_index")
 
@@ -80,6 +79,7 @@ SEARCH_TABLE = "_search"
 """The shared table's name prefix (a rebuild writes `_search_g<n>` and switches in meta)."""
 SEARCH_META = "search:index"
 """Meta key: the shared table in use and what it was built for (stores, embedder, dimension)."""
+
 _SCALARS = ("id", "user_id", "agent_id", "session_id", "status", "importance", "created_at", "updated_at", "tags", "text")
 
 _CHUNK = 1_000
@@ -160,16 +160,6 @@ def record_row(record_type: type[MemoryRecord], body: str) -> dict[str, Any]:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _matrix(column: pa.ChunkedArray, dim: int) -> np.ndarray:
-    """A vector column as one float32 matrix, a row of NaN where a row has no vector."""
-    vectors = column.combine_chunks()
-    out = np.full((len(vectors), dim), np.nan, dtype=np.float32)
-    valid = np.asarray(vectors.is_valid(), dtype=bool)
-    if valid.any():
-        out[valid] = np.asarray(vectors.flatten(), dtype=np.float32).reshape(-1, dim)
-    return out
-
-
 def _held_ranked(found: Sequence[dict[str, Any]], score: str, with_text: bool) -> list[dict[str, Any]]:
     """A held copy's answer as `_ranked` gives LanceDB's: `ranked_row`s with the score (and text)."""
     out = ranked_rows([r[RECORD] for r in found])
@@ -201,11 +191,11 @@ class SearchIndex:
         self._schema: tuple[int, pa.Schema] | None = None
         self.behind = False
         """A mirror write failed in this process: searches use the per-store queries until `check`."""
-        self.held = HeldRows(tokenizer=index_tokens if has_tokenizer() else None)
+        self.reads = HeldReads(self)
+        """The held copies' loads, change notices and catch-ups (`memos.store.lancedb.held_reads`)."""
+        self.held = self.reads.held
         """The rows of the filters searched most, held in memory and kept up to date by `mirror`
-        (`memos.store.lancedb.held_rows`)."""
-        self._loading: dict[tuple[str, ...], asyncio.Task[None]] = {}
-        """The loads of held rows running (`_once`)."""
+        and by the other processes' change notices (`memos.store.lancedb.held_rows`)."""
 
     def covers(self, memory_type: str) -> bool:
         return memory_type in self.types
@@ -389,7 +379,7 @@ class SearchIndex:
         if self.table is None:
             return
         try:
-            result = await self.storage.commit(self.table, op, rows, rows_of=types)
+            result = await self.storage.commit(self.table, op, rows, rows_of=types, changed=[*(row["key"] for row in sets), *removed])
         except (OSError, RuntimeError, ValueError) as exc:  # incl. memos' storage errors: the typed write has committed
             self.held.clear()  # the write may have landed or not
             self.behind = True
@@ -408,8 +398,8 @@ class SearchIndex:
         a row: `Where.test`), from the rows held in memory once the filter is searched often
         (`memos.store.lancedb.held_rows`)."""
         if test is not None and self.storage.commits.path is not None:
-            found = await self._held(where, with_text, test, "vector",
-                                     lambda epoch: self.held.nearest(where, with_text, epoch, vector, limit))
+            found = await self.reads.answer(where, with_text, test, "vector",
+                                            lambda epoch: self.held.nearest(where, with_text, epoch, vector, limit))
             if found is not None:
                 return _held_ranked(found, "_distance", with_text)
         return await self._ranked(self.table.query().nearest_to(vector).distance_type("cosine"), "_distance", where, limit, with_text)
@@ -420,82 +410,11 @@ class SearchIndex:
         `_score`. With `test`, from the rows held in memory once the filter is searched often, with
         the table's terms (`memos.store.lancedb.held_rows`)."""
         if test is not None and self.storage.commits.path is not None:
-            found = await self._held(where, with_text, test, "text",
-                                     lambda epoch: self.held.best_text(where, with_text, epoch, text, limit))
+            found = await self.reads.answer(where, with_text, test, "text",
+                                            lambda epoch: self.held.best_text(where, with_text, epoch, text, limit))
             if found is not None:
                 return _held_ranked(found, "_score", with_text)
         return await self._ranked(self.table.query().nearest_to_text(text, columns="text"), "_score", where, limit, with_text)
-
-    async def _held(self, where: str, with_text: bool, test: RowTest, kind: str,
-                    answer: Callable[[int], list[dict[str, Any]] | None]) -> list[dict[str, Any]] | None:
-        """`answer` (a search of the held copies at the table's commit epoch), loading what it
-        needs first if it is time (the filter's rows; the table's terms, which a full-text search
-        needs, are read with them); None: ask LanceDB."""
-        table, held = self.table, self.held
-        await self.storage.behind.barrier(table, read=True)  # rows queued for the table are written (and held) first
-        epoch = self.storage.commits.epoch(table.name)
-        found = answer(epoch)
-        if found is None and held.wanted(where, with_text, epoch, kind):
-            rows, terms = not held.has_copy(where, with_text, epoch), held.terms_wanted(epoch)
-            if kind == "text" and not (terms or held.has_terms(epoch)):
-                return None  # the terms wait for a quieter table (`HeldRows.terms_wanted`): a copy alone answers no full text
-            if rows or (terms and kind == "text"):
-                await self._once((where, with_text, rows, terms), lambda: self._load(table, where if rows else None, with_text, test,
-                                                                                    epoch, terms))
-            if table is self.table:
-                found = answer(epoch)
-        if found is not None:
-            self.storage.compaction.searching(table)
-        return found
-
-    async def _once(self, what: tuple[Any, ...], load: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Run `load`, or wait for the same load already running on this loop (a search's vector
-        and full-text queries run together and may both want a filter's rows)."""
-        loop = asyncio.get_running_loop()
-        running = self._loading.get(what)
-        if running is not None and running.get_loop() is loop and not running.done():
-            await asyncio.shield(running)
-            return
-        task: asyncio.Task[None] = loop.create_task(load())
-        self._loading[what] = task
-        try:
-            await asyncio.shield(task)
-        finally:
-            if self._loading.get(what) is task and task.done():
-                del self._loading[what]
-
-    async def _load(self, table: Any, where: str | None, with_text: bool, test: RowTest, epoch: int, terms: bool) -> None:
-        """Read the rows of `where` (None: not wanted) and, if `terms`, every row's text
-        (`TERMS_MAX_ROWS` at most) in one read of the table at one version, and hold them; the
-        texts are tokenized in a worker thread."""
-        held = self.held
-        dim = self.storage.dim if self.storage.embedder_name is not None else 0
-        columns = ["key", RECORD, *([VECTOR_COLUMN] if dim else []), *(["text"] if with_text else [])]
-        rows_query = None if where is None else table.query().where(where).select(columns).limit(held.limit_rows(dim) + 1)
-        terms_query = table.query().select(["key", "text"]).limit(TERMS_MAX_ROWS + 1) if terms else None
-
-        async def load() -> tuple[int, pa.Table | None, pa.Table | None, int]:
-            before = await table.version()
-            rows = None if rows_query is None else await rows_query.to_arrow()
-            texts = None if terms_query is None else await terms_query.to_arrow()
-            return before, rows, texts, await table.version()
-
-        generation = held.begin()
-        try:
-            before, rows, texts, after = await self.storage.read(table, load)
-            if table is not self.table:
-                return
-            if rows is not None and where is not None:
-                vectors = _matrix(rows[VECTOR_COLUMN], dim) if dim else np.zeros((rows.num_rows, 0), dtype=np.float32)
-                held.keep(where, with_text, test, epoch, generation, before, after, rows["key"].to_pylist(),
-                          vectors, rows[RECORD].to_pylist(), rows["text"].to_pylist() if with_text else None)
-            if texts is not None:
-                complete = texts.num_rows <= TERMS_MAX_ROWS
-                tokens = await asyncio.to_thread(index_tokens, texts["text"].to_pylist()) if complete else []
-                if table is self.table:
-                    held.keep_terms(epoch, generation, before, after, texts["key"].to_pylist() if complete else [], tokens, complete)
-        finally:
-            held.end()
 
     async def _ranked(self, query: Any, score: str, where: str, limit: int, with_text: bool) -> list[dict[str, Any]]:
         table = self.table

@@ -113,11 +113,11 @@ class Storage:
         """Reads remembered at table versions; every write below reports its version to it."""
         self.retries = Retries()
         """LanceDB calls tried again (commit conflicts, purged versions) since the store opened."""
-        self.search = SearchIndex(self, [])
-        """The shared search table of the default stores, mirrored on every write (`memos.store.lancedb.search_index`)."""
         root = local_path(uri)
         self.commits = CommitCounter(root)
         """Every process's commits, counted: a read finds what another acknowledged (`memos.store.lancedb.commits`)."""
+        self.search = SearchIndex(self, [])
+        """The shared search table of the default stores, mirrored on every write (`memos.store.lancedb.search_index`)."""
         self.locks, self.notices = KeyLocks(root), Notices(root)
         """Locks by key, and notices one process posts for the others (`memos.store.lancedb.keylocks`, `.notices`)."""
         self.presence = RowPresence(READ_CONSISTENCY.total_seconds(), functools.partial(store_epochs, self) if root is not None else None)
@@ -126,11 +126,15 @@ class Storage:
         """A chat turn's rows, journaled and written in batches (`memos.store.lancedb.write_behind`, `memos.store.lancedb.journal`)."""
 
     async def write(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int = 12, rows_of: Collection[str] = (),
-                    meta: Collection[str] = ()) -> T:
+                    meta: Collection[str] = (), changed: Sequence[str] | None = None) -> T:
         """Run one LanceDB write holding the purge lease shared (`memos.store.lancedb.lease`), retried
         as `errors.retrying` does; then count it for other processes (`commits`): the table's commit,
-        the memory types `rows_of` it added to the shared search table, the `meta` keys it wrote."""
+        the memory types `rows_of` it added to the shared search table, the `meta` keys it wrote. A
+        write to the shared search table posts its change notice (the keys it `changed`) before it
+        is counted (`HeldReads.noticed`)."""
         await self.behind.barrier(table, read=False)
+        if table is self.search.table:
+            op = self.search.reads.noticed(op, changed)
         async with self.lease.shared():
             result = await self._retrying(table, op, attempts)
         self.commits.committed([table.name, *map(counted_rows, rows_of), *map(meta_of, meta)])
@@ -151,10 +155,11 @@ class Storage:
     async def _retrying(self, table: Any, op: Callable[[], Awaitable[T]], attempts: int) -> T:
         return await retrying(table, op, attempts, self.uri, self.retries)
 
-    async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0, rows_of: Collection[str] = ()) -> T:
+    async def commit(self, table: Any, op: Callable[[], Awaitable[T]], rows: int = 0, rows_of: Collection[str] = (),
+                     changed: Sequence[str] | None = None) -> T:
         """A write to a table that is no memory type's own (the shared search table), counted
         toward its automatic compaction like the stores' writes (`Compaction.committed`)."""
-        result = await self.write(table, op, rows_of=rows_of)
+        result = await self.write(table, op, rows_of=rows_of, changed=changed)
         await self.compaction.committed(table, rows)
         return result
 
@@ -179,18 +184,6 @@ class Storage:
     def memory_types(self) -> list[str]:
         """The memory types this store was opened with."""
         return list(self.tables)
-
-    async def absent(self, memory_type: str | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The rows whose id the memory type's table (the history table for None) does not hold,
-        as of its newest version (another process may have committed them a moment ago)."""
-        table = self.history if memory_type is None else self.tables[memory_type].table
-        await table.checkout_latest()
-        present: set[str] = set()
-        ids = [r["id"] for r in rows]
-        for start in range(0, len(ids), 1_000):
-            query = table.query().where(sql_in("id", ids[start : start + 1_000])).select(["id"])
-            present.update((await self.read(table, query.to_arrow))["id"].to_pylist())
-        return [r for r in rows if r["id"] not in present]
 
     def type_table(self, memory_type: str) -> TypeTable:
         return self.tables[memory_type]
