@@ -103,13 +103,18 @@ async def test_filters_held_are_the_sql_filters(mem: MemoryOS, clock) -> None:
     assert mem.storage.search.held.loads == len(wheres)
 
 
-async def test_another_process_writes_are_caught_up_from_its_notices(db_path, embedder, clock, vault_key) -> None:
+async def cats_held(db_path, embedder, clock, vault_key) -> tuple[MemoryOS, list, Where, HeldRows]:
+    """A store whose first open holds alice's three cats (searched three times)."""
     one = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
-    tom, mia, leo = await one.add(ALICE, [Fact(subject="pets", summary=f"alice has a cat named {n}") for n in ("Tom", "Mia", "Leo")])
+    cats = await one.add(ALICE, [Fact(subject="pets", summary=f"alice has a cat named {n}") for n in ("Tom", "Mia", "Leo")])
     where = shared_where(ALICE)
     for _ in range(3):
         same(*await both(one, "alice's cat", where))
-    held = one.storage.search.held
+    return one, cats, where, one.storage.search.held
+
+
+async def test_another_process_writes_are_caught_up_from_its_notices(db_path, embedder, clock, vault_key) -> None:
+    one, (tom, mia, leo), where, held = await cats_held(db_path, embedder, clock, vault_key)
     assert held.held_rows() == 3 and held.loads == 1
     # a second open of the store has counters of its own: to the first, its writes are another process's
     other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
@@ -135,12 +140,7 @@ async def test_another_process_writes_are_caught_up_from_its_notices(db_path, em
 async def test_a_version_nobody_explained_drops_what_is_held(db_path, embedder, clock, vault_key) -> None:
     """A commit with no notice (its process died between the two, or the notice file went before
     it was read): the held copies do not hide it for longer than `UNEXPLAINED_SECONDS`."""
-    one = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
-    await one.add(ALICE, [Fact(subject="pets", summary=f"alice has a cat named {n}") for n in ("Tom", "Mia", "Leo")])
-    where = shared_where(ALICE)
-    for _ in range(3):
-        same(*await both(one, "alice's cat", where))
-    held = one.storage.search.held
+    one, _, where, held = await cats_held(db_path, embedder, clock, vault_key)
     now = [0.0]
     held.clock = lambda: now[0]
     other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
@@ -191,8 +191,8 @@ def load(held: HeldRows, data: list[dict], before: int, after: int | None = None
             held.end()
 
 
-def keys_of(held: HeldRows, vector=np.ones(4)) -> list[str]:
-    found = held.nearest("w", False, 0, vector, 100)
+def keys_of(held: HeldRows, vector=np.ones(4), epoch: int = 0) -> list[str]:
+    found = held.nearest("w", False, epoch, vector, 100)
     return sorted(r["record"].split('"')[3] for r in found) if found is not None else None
 
 
@@ -544,10 +544,10 @@ def test_a_catch_up_takes_the_others_keys_at_the_version_it_read_them() -> None:
     # read at version 8: x set, b as it was before 9, a gone (a delete after this process's write at 6)
     assert held.caught_up(1, generation, 8, held.pending(), rows(["x", "b"]))
     held.end()
-    assert not held.behind(1) and keys_of_at(held, 1) == ["b", "c", "x"]
+    assert not held.behind(1) and keys_of(held, epoch=1) == ["b", "c", "x"]
     assert held.pending() == ["b"]  # changed at 9, after what was read: read again next time
     held.wrote(7, rows(["a"]))  # this process's write of a reported late, older than what the catch-up read
-    assert keys_of_at(held, 1) == ["b", "c", "x"]
+    assert keys_of(held, epoch=1) == ["b", "c", "x"]
 
 
 def test_a_catch_up_during_a_load_reaches_the_loaded_copy() -> None:
@@ -569,7 +569,7 @@ def test_versions_nobody_explained_drop_everything_after_a_while() -> None:
     held.known([5, 7])  # 6: committed by someone who posted no notice (yet)
     assert held.caught_up(1, held.begin(), 7, [], [])
     held.end()
-    assert keys_of_at(held, 1) == ["a"]  # a notice on its way: still held
+    assert keys_of(held, epoch=1) == ["a"]  # a notice on its way: still held
     now[0] += UNEXPLAINED_SECONDS / 2
     held.noticed(6, 6, [])
     assert held.caught_up(2, held.begin(), 7, [], [])
@@ -581,24 +581,14 @@ def test_versions_nobody_explained_drop_everything_after_a_while() -> None:
     now[0] += UNEXPLAINED_SECONDS + 1
     assert not held.caught_up(3, held.begin(), 9, [], [])
     held.end()
-    assert keys_of_at(held, 3) is None and held.empty()
+    assert keys_of(held, epoch=3) is None and held.empty()
     assert load(held, rows(["a"]), 9)
     held.noticed(10, 10, [f"k{i}" for i in range(CATCH_UP_MAX_KEYS + 1)])  # more than one catch-up reads
     assert held.empty()
 
 
-def keys_of_at(held: HeldRows, epoch: int) -> list[str] | None:
-    found = held.nearest("w", False, epoch, np.ones(4), 100)
-    return sorted(r["record"].split('"')[3] for r in found) if found is not None else None
-
-
 async def test_a_notice_not_understood_drops_what_is_held(db_path, embedder, clock, vault_key) -> None:
-    one = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
-    await one.add(ALICE, [Fact(subject="pets", summary=f"alice has a cat named {n}") for n in ("Tom", "Mia", "Leo")])
-    where = shared_where(ALICE)
-    for _ in range(3):
-        same(*await both(one, "alice's cat", where))
-    held = one.storage.search.held
+    one, _, where, held = await cats_held(db_path, embedder, clock, vault_key)
     other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
     other.storage.search.reads.changes.post({"v": "not versions"})  # a file written by something else, or damaged
     [kiwi] = await other.add(ALICE, [Fact(subject="pets", summary="alice adopted a cat named Kiwi")])
