@@ -19,7 +19,7 @@ process's own writes to the table:
   label.
 - **Other processes.** The store's commit counters (`memos.store.lancedb.commits`) tell when
   another process committed to the table. Every commit to the shared table posts a change notice
-  (`SearchIndex`: the versions it made and the keys it set or removed, never what a row holds)
+  (`HeldReads.noticed`: the versions it made and the keys it set or removed, never what a row holds)
   after it lands and before it is counted, so a process that finds the counters moved reads the
   others' notices and then re-reads the keys they name, in one query at one version of the table
   (a catch-up, `caught_up`); what it read is taken like a write of its own at that version, and
@@ -483,8 +483,9 @@ class HeldRows:
     def __init__(self, budget: int = BUDGET, tokenizer: Tokenizer = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.budget = budget
         self.tokenizer = tokenizer
-        self.clock = clock
         """`text_index.index_tokens` (None: full-text searches are never held)."""
+        self.clock = clock
+        """Seconds, for how long a version has been unexplained (`UNEXPLAINED_SECONDS`)."""
         self._held: collections.OrderedDict[tuple[str, bool], _Held] = collections.OrderedDict()
         self._seen: collections.OrderedDict[tuple[str, bool, str], None] = collections.OrderedDict()
         self._large: collections.OrderedDict[tuple[str, bool], None] = collections.OrderedDict()
