@@ -388,13 +388,14 @@ async def test_another_process_writes_are_caught_up_in_the_held_terms(db_path, e
     assert held.text_hits == hits + 3 and [r["id"] for r in found] == [new.id] and held.loads == 1
 
 
-def test_index_tokens_are_lances_text_by_text() -> None:
-    import lance
-
+async def test_index_tokens_are_the_indexs_text_by_text(mem: MemoryOS) -> None:
+    """The tokens the held terms count are those the shared table's full-text index makes."""
     from memos.store.fulltext import index_form
     texts = ["Running cats, running DOGS!", None, "", "the and of", index_form("周末在杭州打羽毛球 badminton"),
-             "a zqxjmemosdocbreakzqxj in the text", "naïve café façade", "x" * 60 + " long words"]
-    assert index_tokens(texts) == [[t.text for t in lance.tokenize(text)] if text else [] for text in texts]
+             "a zqxjmemosdocbreakzqxj in the text", "naïve café façade", "x" * 60 + " long words", "C++ e-mail 3.14 @user #tag"]
+    await mem.add(ALICE, [Fact(subject="note", summary="anything")])  # the shared table and its index exist
+    table = mem.storage.search.table
+    assert index_tokens(texts) == [[t.text for t in await table.tokenize(text, column="text")] if text else [] for text in texts]
 
 
 def text_rows(texts: dict[str, str], user: str = "u") -> list[dict]:
@@ -455,7 +456,7 @@ def test_held_terms_are_not_kept_across_versions_or_for_a_table_too_large() -> N
     assert held.best_text("w", False, 1, "cats", 10) is None  # a search at another epoch (another process committed)
     assert held.terms is None and not held.terms_wanted(0) and held.terms_wanted(1)
     assert best(held, "cats") is None
-    assert not HeldRows(tokenizer=None).terms_wanted(0)  # no tokenizer (no pylance): full text is LanceDB's
+    assert not HeldRows(tokenizer=None).terms_wanted(0)  # no tokenizer: full text is LanceDB's
 
 
 def test_held_postings_survive_rows_moving_together() -> None:

@@ -19,7 +19,7 @@ from memos.store.scope import RowTest, sql_in
 
 from .held_rows import TERMS_MAX_ROWS, HeldRows
 from .notices import Notices
-from .text_index import has_tokenizer, index_tokens
+from .text_index import index_tokens
 
 __all__ = ["CHANGES_DIR", "HeldReads"]
 
@@ -57,7 +57,7 @@ class HeldReads:
 
     def __init__(self, index: _Index) -> None:
         self.index = index
-        self.held = HeldRows(tokenizer=index_tokens if has_tokenizer() else None)
+        self.held = HeldRows(tokenizer=index_tokens)
         path = index.storage.commits.path
         self.changes = Notices(None if path is None else path.parent, CHANGES_DIR)
         """Change notices of the shared table: posted by every commit to it (`noticed`), read by a catch-up."""

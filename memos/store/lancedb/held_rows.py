@@ -42,8 +42,8 @@ Vector scores are LanceDB's: the cosine distance, 1 - a.b / (|a| |b|), in float3
 vector (or a zero one, which has no direction) is never a vector hit.
 
 **Full text** needs, besides a filter's rows, the table's terms (`_Terms`): every row's tokens as the
-index splits them (Lance's own tokenizer, `text_index.index_tokens`; without pylance nothing is
-held for full text) and the counts BM25 weighs them by, read in one scan of the whole table's text
+index splits them (LanceDB's own tokenizer with the index's settings, `text_index.index_tokens`)
+and the counts BM25 weighs them by, read in one scan of the whole table's text
 (`TERMS_MAX_ROWS` rows at most) and kept up to date the same way. A hit is a row holding a token of
 the query, scored by BM25 as LanceDB's index scores it (k1 = 1.2, b = 0.75; each occurrence of a
 query token counts; the document count, average length and each token's document count over the

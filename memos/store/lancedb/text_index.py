@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
-from collections.abc import Awaitable, Callable, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+import lancedb
 from lancedb.index import FTS
 
-__all__ = ["has_tokenizer", "index_tokens", "text_index", "text_index_config"]
+__all__ = ["index_tokens", "text_index", "text_index_config"]
 
 _BETWEEN = "zqxjmemosdocbreakzqxj"
 """A word put between texts tokenized in one call (the tokenizer's cost is mostly per call): it
@@ -28,33 +29,35 @@ def text_index(table: Any, *, replace: bool = True) -> Callable[[], Awaitable[An
 
 
 @functools.cache
-def has_tokenizer() -> bool:
-    """Whether `index_tokens` can tokenize: pylance is installed (it is not imported here)."""
-    return importlib.util.find_spec("lance") is not None
+def _tokenize() -> Callable[[str], Iterable[Any]]:
+    """LanceDB's tokenizer with the index's settings (`text_index_config`): every option of
+    `lancedb.tokenize` taken from the index's config, so the two cannot drift apart."""
+    config = text_index_config()
+    options = {name: getattr(config, name) for name in inspect.signature(lancedb.tokenize).parameters if hasattr(config, name)}
+    return functools.partial(lancedb.tokenize, **options)
 
 
 def index_tokens(texts: Sequence[str | None]) -> list[list[str]]:
-    """Each text's tokens as the full-text index (`text_index_config`) splits it: Lance's own
-    tokenizer with the same settings, repeats kept, in order (no text: no tokens). Needs pylance
-    (the `serve` extra; `has_tokenizer`)."""
-    import lance
-
+    """Each text's tokens as the full-text index (`text_index_config`) splits it: LanceDB's own
+    tokenizer with the same settings (`lancedb.tokenize`, the one the index runs), repeats kept, in
+    order (no text: no tokens)."""
+    tokenize = _tokenize()
     out: list[list[str]] = [[] for _ in texts]
     together = []
     for i, text in enumerate(texts):
         if text and _BETWEEN in text.lower():
-            out[i] = [t.text for t in lance.tokenize(text)]
+            out[i] = [t.text for t in tokenize(text)]
         elif text:
             together.append(i)
     if together:
         parts: list[list[str]] = [[]]
-        for token in lance.tokenize(f" {_BETWEEN} ".join(texts[i] or "" for i in together)):
+        for token in tokenize(f" {_BETWEEN} ".join(texts[i] or "" for i in together)):
             if token.text == _BETWEEN:
                 parts.append([])
             else:
                 parts[-1].append(token.text)
         if len(parts) != len(together):  # cannot happen as the tokenizer splits words; then one by one
-            parts = [[t.text for t in lance.tokenize(texts[i] or "")] for i in together]
+            parts = [[t.text for t in tokenize(texts[i] or "")] for i in together]
         for i, tokens in zip(together, parts, strict=True):
             out[i] = tokens
     return out
