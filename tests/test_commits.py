@@ -92,6 +92,28 @@ async def test_another_open_of_the_store_reads_a_meta_entry_at_once(tmp_path):
     assert (await second.storage.get_meta())["probe"] == "two"
 
 
+async def test_a_write_by_key_finds_the_row_another_process_added(tmp_path):
+    """A write by key (a merge, a delete) runs on the table's latest version when another process
+    committed since: an update of a record another open added a moment ago replaced its shared
+    search row instead of adding a second one beside it (the search kept finding it as it was)."""
+    from memos.memtypes import Fact
+
+    from memos import MemoryOS, Scope
+
+    alice = Scope("alice", "assistant", "s1")
+    first = await MemoryOS.open(tmp_path / "db", embedder=None)
+    second = await MemoryOS.open(tmp_path / "db", embedder=None)
+    await first.add(alice, [Fact(subject="x", summary="first")])  # the first open's handles are at this version
+    [fact] = await second.add(alice, [Fact(subject="x", summary="a cat named Tom")])
+    await first.update(alice, "semantic", fact.id, {"status": "archived"})
+    table = second.storage.search.table
+    await table.checkout_latest()
+    shared = await table.query().where(f"id = '{fact.id}'").select(["status"]).to_arrow()
+    assert shared["status"].to_pylist() == ["archived"]
+    hits = await second.search("cat named Tom", alice)
+    assert fact.id not in [h.record.id for h in hits]
+
+
 async def test_a_short_counter_file_of_an_older_store_is_read_and_grown_then_read_mapped(tmp_path):
     """Counters are read through a mapping of the whole file, which the first commit grows to its
     full size; a shorter file (one slot written, as before) is read the old way until then."""

@@ -595,3 +595,39 @@ async def test_a_notice_not_understood_drops_what_is_held(db_path, embedder, clo
     [kiwi] = await other.add(ALICE, [Fact(subject="pets", summary="alice adopted a cat named Kiwi")])
     plain, found = await both(one, "alice adopted a cat", where)
     assert held.held_rows() == 0 and found[0]["id"] == plain[0]["id"] == kiwi.id
+
+
+async def test_two_opens_writing_and_searching_in_turn_answer_as_lancedb(db_path, embedder, clock, vault_key) -> None:
+    """Two opens of one store (two processes, to each other) interleave adds, updates, supersedes
+    and deletes of two users' records with searches of both kinds: every held answer is LanceDB's,
+    and the held copies were kept through the other's commits (caught up), not read again each time."""
+    import random
+
+    rng = random.Random(2)
+    opens = [await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key) for _ in range(2)]
+    words = ["cat", "tea", "hiking", "chess", "rain", "猫", "羽毛球", "garden", "piano", "boat"]
+    live: dict[Scope, list[str]] = {ALICE: [], BOB: []}
+    for step in range(60):
+        mem, scope = rng.choice(opens), rng.choice([ALICE, BOB])
+        roll = rng.random()
+        if roll < 0.45 or len(live[scope]) < 3:
+            summary = " ".join(rng.sample(words, 3)) + f" note {step}"
+            [fact] = await mem.add(scope, [Fact(subject=rng.choice(words), summary=summary)])
+            live[scope].append(fact.id)
+        elif roll < 0.55:
+            await mem.update(scope, "semantic", live[scope].pop(rng.randrange(len(live[scope]))), {"status": "archived"})
+        elif roll < 0.62:
+            old = live[scope].pop(rng.randrange(len(live[scope])))
+            live[scope].append((await mem.supersede(scope, "semantic", old, Fact(subject="new", summary=f"{rng.choice(words)} again"))).id)
+        elif roll < 0.68:
+            await mem.delete(scope, "semantic", live[scope].pop(rng.randrange(len(live[scope]))))
+        else:
+            where, query = shared_where(scope), " ".join(rng.sample(words, 2))
+            same(*await both(mem, query, where, limit=50))
+            plain, found = await both_text(mem, query, where, limit=50)
+            assert sorted(r["id"] for r in found) == sorted(r["id"] for r in plain)
+            assert {r["id"] for r in found} <= set(live[scope])
+    for mem in opens:
+        held = mem.storage.search.held
+        assert held.hits > 0 and held.loads <= 4, (held.hits, held.loads)
+    assert sum(mem.storage.search.held.catch_ups for mem in opens) > 0

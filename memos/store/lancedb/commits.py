@@ -13,10 +13,11 @@ caller is answered): the counter of the table it wrote, and for rows mirrored to
 table the counter of each memory type they are of (what tells a search that a store counted empty
 has rows now). The counters are `SLOTS` slots that names hash into (two names sharing one only
 cost an extra look). A process knows which increments were its own: when a counter has moved by
-more than those, another process has committed, and that counter's epoch here moves on. A read
-first reads its table's counter (one `pread` of 8 bytes) and, when its epoch moved since this
-process last brought the table up to date, points the table's handle at its latest version
-first; a store counted empty stays so while neither its table's nor its rows' epoch moves
+more than those, another process has committed, and that counter's epoch here moves on. A read,
+and a write (a merge or a delete by key must see the rows another process added: on an older
+version a merge added a second row beside one), first reads its table's counter (one `pread` of
+8 bytes) and, when its epoch moved since this process last brought the table up to date, points
+the table's handle at its latest version first; a store counted empty stays so while neither its table's nor its rows' epoch moves
 (`memos.store.lancedb.presence`). A process's own commits never make its tables look stale. An
 object-storage store has no such file and keeps the interval.
 

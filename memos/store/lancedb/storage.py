@@ -133,6 +133,7 @@ class Storage:
         write to the shared search table posts its change notice (the keys it `changed`) before it
         is counted (`HeldReads.noticed`)."""
         await self.behind.barrier(table, read=False)
+        await self.commits.catch_up(table)  # a merge or a delete by key finds the rows another process added (`commits`)
         if table is self.search.table:
             op = self.search.reads.noticed(op, changed)
         async with self.lease.shared():
