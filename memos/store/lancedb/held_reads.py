@@ -93,6 +93,7 @@ class HeldReads:
             return result
 
         return write
+
     async def answer(self, where: str, with_text: bool, test: RowTest, kind: str,
                     answer: Callable[[int], list[dict[str, Any]] | None]) -> list[dict[str, Any]] | None:
         """`answer` (a search of the held copies at the table's commit epoch), loading what it
@@ -112,7 +113,7 @@ class HeldReads:
         if found is None and not held.behind(epoch) and held.wanted(where, with_text, kind):
             rows, terms = not held.has_copy(where, with_text, epoch), held.terms_wanted(epoch)
             if kind == "text" and not (terms or held.has_terms(epoch)):
-                return None  # the terms wait for a quieter table (`HeldRows.terms_wanted`): a copy alone answers no full text
+                return None  # the terms are not read yet (`HeldRows.terms_wanted`): a copy alone answers no full text
             if rows or (terms and kind == "text"):
                 await self._once((where, with_text, rows, terms), lambda: self._load(table, where if rows else None, with_text, test,
                                                                                     epoch, terms))
