@@ -14,8 +14,8 @@ from memos.memtypes import Episode, Fact
 
 from memos import MemoryOS, Scope
 from memos.retrieval.search import fts_query
+from memos.store.lancedb.held_reads import CHANGES_DIR
 from memos.store.lancedb.held_rows import CATCH_UP_MAX_KEYS, UNEXPLAINED_SECONDS, HeldRows
-from memos.store.lancedb.search_index import CHANGES_DIR
 from memos.store.lancedb.text_index import index_tokens
 from memos.store.protocol import EVENT_TIME
 from memos.store.scope import Where

@@ -52,6 +52,14 @@ def _matrix(column: pa.ChunkedArray, dim: int) -> np.ndarray:
     return out
 
 
+async def _at_one_version(table: Any, queries: Sequence[Any]) -> tuple[int, list[pa.Table | None], int]:
+    """Each query's rows (None for a None query) with the table's version before and after them:
+    the rows are that version's when the two are one."""
+    before = await table.version()
+    found = [None if query is None else await query.to_arrow() for query in queries]
+    return before, found, await table.version()
+
+
 class HeldReads:
     """The held copies of one open store's shared table, read and kept current (see the module docstring)."""
 
@@ -160,16 +168,10 @@ class HeldReads:
             return
         keys = held.pending()  # at most `CATCH_UP_MAX_KEYS` (`HeldRows.noticed`)
         query = table.query().where(sql_in("key", keys)).select(self.index.schema().names) if keys else None
-
-        async def read() -> tuple[int, pa.Table | None, int]:
-            before = await table.version()
-            found = None if query is None else await query.to_arrow()
-            return before, found, await table.version()
-
         generation = held.begin()
         try:
             for _ in range(_CATCH_UP_READS):
-                before, found, after = await self.index.storage.read(table, read)
+                before, [found], after = await self.index.storage.read(table, lambda: _at_one_version(table, [query]))
                 if before == after:
                     break
             else:
@@ -188,18 +190,11 @@ class HeldReads:
         columns = ["key", RECORD, *([VECTOR_COLUMN] if dim else []), *(["text"] if with_text else [])]
         rows_query = None if where is None else table.query().where(where).select(columns).limit(held.limit_rows(dim) + 1)
         terms_query = table.query().select(["key", "text"]).limit(TERMS_MAX_ROWS + 1) if terms else None
-
-        async def load() -> tuple[int, pa.Table | None, pa.Table | None, int]:
-            before = await table.version()
-            rows = None if rows_query is None else await rows_query.to_arrow()
-            texts = None if terms_query is None else await terms_query.to_arrow()
-            return before, rows, texts, await table.version()
-
         if held.empty():  # the notices posted so far are of rows this load reads
             self.changes.skip()
         generation = held.begin()
         try:
-            before, rows, texts, after = await self.index.storage.read(table, load)
+            before, [rows, texts], after = await self.index.storage.read(table, lambda: _at_one_version(table, [rows_query, terms_query]))
             if table is not self.index.table:
                 return
             if rows is not None and where is not None:

@@ -43,7 +43,7 @@ from memos.store.protocol import EVENT_TIME, RECORD
 from memos.store.schema import VECTOR_COLUMN, arrow_schema, arrow_table
 from memos.store.scope import RowTest, sql_in, sql_string
 
-from .held_reads import CHANGES_DIR, HeldReads
+from .held_reads import HeldReads
 from .text_index import text_index
 
 T = TypeVar("T")
@@ -70,8 +70,8 @@ class _Store(Protocol):
     async def rows(self, memory_type: str, where: str | None, limit: int | None = None,
                    columns: list[str] | None = None) -> list[dict[str, Any]]: ...
 
-__all__ = ["CHANGES_DIR", "EVENT_TIME", "Gathered", "RANKED", "RECORD", "SEARCH_META", "SEARCH_TABLE", "SearchIndex", "mirrored",
-           "ranked_row", "ranked_rows", "record_row", "record_text"]
+__all__ = ["EVENT_TIME", "Gathered", "RANKED", "RECORD", "SEARCH_META", "SEARCH_TABLE", "SearchIndex", "mirrored", "ranked_row",
+           "ranked_rows", "record_row", "record_text"]
 
 log = logging.getLogger("memos.store.lancedb.search_index")
 
