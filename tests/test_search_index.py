@@ -233,3 +233,28 @@ async def test_a_doubled_row_with_one_stale_copy_is_repaired_not_lost(db_path, e
     reopened = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
     await assert_mirrored(reopened)
     assert [h.id for h in await reopened.search("boat pier", alice, k=3)] == [fact.id]
+
+
+async def test_a_record_another_process_adds_while_this_one_checks_stays_searchable(db_path, embedder, alice, vault_key):
+    """An open compares the shared table with the stores (`check`): the stores first, then the
+    shared table. A record another process adds between the two reads is in the shared table and
+    not yet in what was read of its store: it is new, not left over, and stays."""
+    other = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
+    await other.add(alice, Fact(subject="alice", summary="the bike is in the shed"))
+    mem = await MemoryOS.open(db_path, embedder=embedder, vault_key_file=vault_key)
+    index, added = mem.storage.search, []
+    read_pairs = index._pairs
+
+    async def another_process_adds_in_between(table, where):
+        pairs = await read_pairs(table, where)
+        if where is None and table is mem.storage.tables["semantic"].table and not added:
+            added.extend(await other.add(alice, Fact(subject="alice", summary="the kayak is in the garage")))
+            await other.storage.flush_queued()  # its store's row and its shared row are both written
+        return pairs
+
+    index._pairs = another_process_adds_in_between
+    assert await index.check() == {"written": 0, "removed": 0}
+    del index._pairs
+    await assert_mirrored(mem)
+    for memory in (mem, other):
+        assert added[0].id in {h.id for h in await memory.search("kayak garage", alice, k=5)}

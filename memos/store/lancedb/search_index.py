@@ -299,6 +299,8 @@ class SearchIndex:
             stale = truth.join(here, keys=keys, join_type="left anti")["id"].to_pylist()
             # a row whose record waits in a live process's journal is not left over: it is written there soon
             extra = set(here.join(truth, keys=keys, join_type="left anti")["id"].to_pylist()) - waiting.get(memory_type, set())
+            if extra:  # nor is one another process wrote (its store's row, then this one) between the two reads
+                extra -= await self._now_in_store(memory_type, here, extra)
             counts = here.group_by("id").aggregate([("id", "count")])
             doubled = set(counts.filter(pa.compute.greater(counts["id_count"], 1))["id"].to_pylist())
             removed = sorted(extra | doubled)
@@ -314,6 +316,15 @@ class SearchIndex:
         if fixed["written"] or fixed["removed"]:
             log.warning("search table caught up with the stores: %d rows written, %d removed", fixed["written"], fixed["removed"])
         return fixed
+
+    async def _now_in_store(self, memory_type: str, here: pa.Table, ids: Collection[str]) -> set[str]:
+        """Of `ids`, rows of the shared table that their store lacked when `check` read it, those
+        whose record (id and `updated_at`) the store holds now, read at its latest version."""
+        table, ids = self.storage.tables[memory_type].table, sorted(ids)
+        await table.checkout_latest()  # on object storage too, where no commit counters move it
+        now = pa.concat_tables([await self._pairs(table, sql_in("id", ids[start : start + _CHUNK]))
+                                for start in range(0, len(ids), _CHUNK)])
+        return set(here.join(now, keys=["id", "updated_at"], join_type="inner")["id"].to_pylist())
 
     async def _pairs(self, table: Any, where: str | None) -> pa.Table:
         query = table.query().select(["id", "updated_at"])
