@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .exceptions import MemoryOSError
 
-__all__ = ["ENV_KEY", "SENSITIVITY", "VaultAccessError", "VaultCipher", "VaultKeyError", "decode_key", "generate_key", "key_id", "legacy_key_file",
-           "load_keys", "load_or_create_key", "pending_key_file", "read_key_file", "retire_key", "retired_key_file", "write_key_file"]
+__all__ = ["ENV_KEY", "SENSITIVITY", "VaultAccessError", "VaultCipher", "VaultKeyError", "decode_key", "generate_key", "key_files_stamp", "key_id",
+           "legacy_key_file", "load_keys", "load_or_create_key", "pending_key_file", "read_key_file", "retire_key", "retired_key_file", "write_key_file"]
 
 ENV_KEY = "MEMOS_VAULT_KEY"
 _PREFIX = "v1"
@@ -67,7 +67,8 @@ def read_key_file(path: str | Path) -> bytes:
 
 
 def retired_key_file(key_file: str | Path) -> Path:
-    """Keys a rotation replaced in a key file that other stores may share (decrypt only)."""
+    """Keys rotations replaced in a key file (decrypt only): a secret another process sealed
+    before it saw the rotation, or another store sharing the file, still opens."""
     path = Path(key_file)
     return path.with_name(path.name + ".retired")
 
@@ -122,6 +123,20 @@ def load_keys(key_file: str | Path) -> tuple[bytes, ...]:
     if os.environ.get(ENV_KEY):
         return keys
     return (*keys, *[k for k in _retired(retired_key_file(key_file)) if k not in keys])
+
+
+def key_files_stamp(key_file: str | Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """What changes when a rotation touches `key_file`'s keys (the file, its pending rotation's
+    `.next`, its `.retired`): each file's inode, size and modification time, None when absent."""
+    stamp: list[tuple[int, int, int] | None] = []
+    for path in (Path(key_file), pending_key_file(key_file), retired_key_file(key_file)):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            stamp.append(None)
+        else:
+            stamp.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(stamp)
 
 
 def write_key_file(path: str | Path, key: bytes) -> None:

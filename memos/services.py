@@ -305,10 +305,14 @@ class KernelServices(RecordAccess):
         await self.storage.refresh()
 
     async def maintain(self, *, min_rows: int | None = None) -> dict[str, Any]:
-        """Compact every table and build the indexes it needs (`memos.store.lancedb.maintenance.maintain`)."""
+        """Compact every table and build the indexes it needs (`memos.store.lancedb.maintenance.maintain`);
+        move vault secrets still under a rotated-out key to the current one (`Vault.reseal_stale`)."""
         from memos.store.lancedb.maintenance import maintain
 
-        return await maintain(self.storage, min_rows=min_rows, now=self.clock())
+        out = await maintain(self.storage, min_rows=min_rows, now=self.clock())
+        if resealed := await self.vault.reseal_stale():
+            out["vault_resealed"] = resealed
+        return out
 
     async def record_job(self, scope: Scope, kind: str, outcome: dict[str, Any], *, actor: str, note: str) -> None:
         """Append a background run's outcome to history (`op="job"`): what `memos inspect jobs` shows."""

@@ -85,6 +85,8 @@ class Vault:
         self.configured_key_file = key_file
         """The key file passed to `MemoryOS.open` (None: the store's own)."""
         self._cipher: VaultCipher | None = None
+        self._stamp: tuple[object, ...] = ()
+        """The key files as `_cipher` was loaded from them (`memos.crypto.key_files_stamp`)."""
 
     # --- keys ----------------------------------------------------------------------------
 
@@ -96,12 +98,16 @@ class Vault:
         return self.configured_key_file or default_key_file(self.memory.storage.uri)
 
     def cipher(self) -> VaultCipher:
-        """The cipher (the key is loaded, or created, on first use)."""
-        if self._cipher is None:
-            from .crypto import VaultCipher, load_keys
+        """The cipher (the key is loaded, or created, on first use), loaded again whenever the key
+        files changed: a rotation by another process reaches this one at its next seal or reveal,
+        so it seals under the new key (the pending one while the rotation runs) and opens what was
+        re-encrypted."""
+        from .crypto import VaultCipher, key_files_stamp, load_keys
 
+        stamp = key_files_stamp(self.key_file)  # before the load: a change during it loads again next time
+        if self._cipher is None or stamp != self._stamp:
             keys = load_keys(self.key_file)
-            self._cipher = VaultCipher((*keys, *[k for k in self._legacy_keys() if k not in keys]))
+            self._cipher, self._stamp = VaultCipher((*keys, *[k for k in self._legacy_keys() if k not in keys])), stamp
         return self._cipher
 
     def _legacy_keys(self) -> tuple[bytes, ...]:
@@ -236,17 +242,28 @@ class Vault:
                     break
             else:
                 raise RecordChangedError(name, [], 0)
+        if current != new_key:  # kept to decrypt: another process may have sealed a secret under it before it saw
+            retire_key(self.key_file, current)  # the rotation (`maintain` moves such a secret), or another store shares the file
         write_key_file(self.key_file, new_key)
-        if self.configured_key_file is not None and current != new_key:
-            retire_key(self.key_file, current)  # another store may share this file: it can still open its secrets
         pending.unlink(missing_ok=True)
         self._cipher = None  # reloaded: the new key, retired ones, the legacy one
         await self.memory.storage.purge_old_versions()  # old ciphertexts leave the disk with the old key
         return done
 
-    async def _reencrypt(self, name: str, cipher: VaultCipher) -> tuple[int, bool]:
+    async def reseal_stale(self) -> int:
+        """Re-encrypt under the current key the secrets still under an older one that it can open:
+        sealed by a process that had not yet seen a rotation, committed after it (`maintain` runs
+        this). Returns how many; a secret changed meanwhile waits for the next run."""
+        cipher, done = self.cipher(), 0
+        for name, record_type in self.memory.types.items():
+            if record_type.secret_fields:
+                done += (await self._reencrypt(name, cipher, openable_only=True))[0]
+        return done
+
+    async def _reencrypt(self, name: str, cipher: VaultCipher, *, openable_only: bool = False) -> tuple[int, bool]:
         """Re-encrypt the secrets of one store not yet under `cipher`'s key; (done, some changed meanwhile).
-        Each row is written only if it is still the version read (a concurrent update retries)."""
+        Each row is written only if it is still the version read (a concurrent update retries).
+        A secret under a key `cipher` lacks is a `VaultKeyError`, or left as it is (`openable_only`)."""
         storage = self.memory.storage
         table = storage.type_table(name)
         changed, read_at = [], {}
@@ -254,7 +271,8 @@ class Vault:
             record = table.to_record(row)
             aad = self.associated_data(record)
             updates = {f: cipher.encrypt(cipher.decrypt(getattr(record, f), aad), aad)
-                       for f in record.secret_fields if getattr(record, f) and not cipher.is_current(getattr(record, f))}
+                       for f in record.secret_fields if getattr(record, f) and not cipher.is_current(getattr(record, f))
+                       and (cipher.can_decrypt(getattr(record, f)) or not openable_only)}
             if updates:
                 changed.append(table.to_row(record.model_copy(update={**updates, "updated_at": self.memory.stamp(record)}),
                                             row.get("vector")))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from memos.memtypes import VaultItem
 
 from memos import MemoryOS, Scope
 from memos.crypto import generate_key, legacy_key_file, write_key_file
-from memos.memtypes import VaultItem
 
 
 @pytest.fixture
@@ -65,3 +65,35 @@ async def test_a_store_made_with_the_old_shared_key_still_opens_and_rotation_mov
     assert await (await MemoryOS.open(tmp_path / "old", embedder=None)).reveal(Scope("alice"), old_id, approved_by="t") == "legacy-secret-3"
     still = await MemoryOS.open(tmp_path / "other", embedder=None, vault_key_file=tmp_path / "none.key")
     del still, other_id
+
+
+async def test_a_rotation_reaches_another_open_of_the_store_without_a_reopen(tmp_path, home):
+    rotating = await MemoryOS.open(tmp_path / "s", embedder=None)
+    other = await MemoryOS.open(tmp_path / "s", embedder=None)  # another process serving the same store
+    alice = Scope("alice")
+    first, = await other.add(alice, VaultItem(caption="bank pin", secret="pin-1111"))
+    assert await rotating.rotate_vault_key() == 1
+    assert await other.reveal(alice, first.id, approved_by="test") == "pin-1111"  # it opens the re-encrypted secret
+    second, = await other.add(alice, VaultItem(caption="door code", secret="code-2222"))  # sealed under the new key
+    row, = [r for r in await rotating.stored_in(alice, "vault") if r.id == second.id]
+    assert rotating.vault.cipher().is_current(row.secret)
+    for memory in (rotating, other, await MemoryOS.open(tmp_path / "s", embedder=None)):
+        assert await memory.reveal(alice, second.id, approved_by="test") == "code-2222"
+
+
+async def test_a_secret_sealed_before_a_rotation_and_stored_after_it_still_opens_and_maintain_moves_it(tmp_path, home):
+    rotating = await MemoryOS.open(tmp_path / "s", embedder=None)
+    other = await MemoryOS.open(tmp_path / "s", embedder=None)
+    alice = Scope("alice")
+    item, = await other.add(alice, VaultItem(caption="bank pin", secret="pin-1111"))
+    sealed = await other.stored_in(alice, "vault")  # what a writer sealed under the old key, committed late
+    await rotating.rotate_vault_key()
+    await other.put_stored("vault", sealed)
+    fresh = await MemoryOS.open(tmp_path / "s", embedder=None)
+    for memory in (rotating, other, fresh):
+        assert await memory.reveal(alice, item.id, approved_by="test") == "pin-1111"
+    assert (await fresh.maintain()).get("vault_resealed") == 1
+    row, = await fresh.stored_in(alice, "vault")
+    assert fresh.vault.cipher().is_current(row.secret) and row.secret != sealed[0].secret
+    assert await rotating.reveal(alice, item.id, approved_by="test") == "pin-1111"
+    assert "vault_resealed" not in await fresh.maintain()  # nothing left to move
