@@ -92,9 +92,12 @@ def test_a_scheduled_job_opens_its_store_with_a_test_embedder(tmp_path):
 
 def test_cli_reindex_with_the_test_embedder(tmp_path):
     db = tmp_path / "db"
-    mem = MemoryOS.open_sync(db, embedder=None)
-    mem.add_sync(ALICE, [Fact(subject="Alice", summary="Alice keeps bees"), Fact(subject="Alice", summary="Alice rows")])
     env = {**os.environ, "COLUMNS": "500", "HF_HUB_OFFLINE": "1", "LANCE_LOG": "error"}
+    write = ("import sys; from memos import MemoryOS, Scope; from memos.memtypes import Fact; "
+             "MemoryOS.open_sync(sys.argv[1], embedder=None).add_sync(Scope('alice'), "
+             "[Fact(subject='Alice', summary='Alice keeps bees'), Fact(subject='Alice', summary='Alice rows')])")
+    # written by a process that has ended: re-embedding needs the store to itself (memos.store.lancedb.openers)
+    subprocess.run([sys.executable, "-c", write, str(db)], check=True, timeout=TIMEOUT * 2, env=env)
     run = subprocess.run([sys.executable, "-m", "memos.cli", "reindex", str(db), "--embedder", "test"],
                          capture_output=True, text=True, timeout=TIMEOUT * 2, env=env)
     assert run.returncode == 0, run.stderr

@@ -5,6 +5,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +18,14 @@ from typer.testing import CliRunner
 
 from memos import MemoryOS, Scope
 from memos.cli import app
-from memos.exceptions import EmbeddingDimensionError, InvalidFilterError, InvalidRecordError, RecordNotFoundError, UnknownMemoryTypeError
+from memos.exceptions import (
+    EmbeddingDimensionError,
+    InvalidFilterError,
+    InvalidRecordError,
+    RecordNotFoundError,
+    StoreUnavailableError,
+    UnknownMemoryTypeError,
+)
 from memos.tokens import tokenizer_for
 
 runner = CliRunner()
@@ -156,6 +166,40 @@ async def test_full_text_only_mode_then_reindex_adds_vectors(db_path, embedder, 
     vectors = await MemoryOS.open(db_path, embedder=embedder)
     [hit] = await vectors.search("pet dog", alice, k=1, types=["semantic"])
     assert "greyhound" in hit.record.summary and "vector_rank" in hit.parts
+
+
+_HOLD_OPEN = """
+import sys
+from memos import MemoryOS
+MemoryOS.open_sync(sys.argv[1], embedder=None)
+print("open", flush=True)
+sys.stdin.read()  # until the test lets it go
+"""
+
+
+async def test_a_reindex_refuses_while_another_process_has_the_store_open_and_changes_nothing(db_path, alice):
+    """Another process with the store open would go on writing to the tables a re-embedding
+    replaces (its acknowledged adds were in no table the store named afterwards): the re-embedding
+    refuses and writes nothing; once that process has ended it runs. An open in another process
+    while one runs is refused the same way."""
+    plain = await MemoryOS.open(db_path, embedder=None)
+    fact, = await plain.add(alice, Fact(subject="Alice", summary="Alice adopted a greyhound named Comet"))
+    other = subprocess.Popen([sys.executable, "-c", _HOLD_OPEN, str(db_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "LANCE_LOG": "error"})
+    try:
+        assert other.stdout.readline().strip() == "open"
+        meta = await plain.storage.get_meta()
+        with pytest.raises(StoreUnavailableError, match="another process has the memos store .* open"):
+            await plain.reindex(TestEmbeddingModel(dimensions=8))
+        assert await plain.storage.get_meta() == meta and plain.embedder is None
+    finally:
+        other.communicate("", timeout=60)
+    assert await plain.reindex(TestEmbeddingModel(dimensions=8)) == 1  # it has ended: the store is this process's alone
+    with plain.storage.openers.alone():  # while a re-embedding holds the store
+        refused = subprocess.run([sys.executable, "-c", _HOLD_OPEN, str(db_path)], input="", capture_output=True, text=True,
+                                 timeout=60, env={**os.environ, "LANCE_LOG": "error"})
+    assert refused.returncode != 0 and "is being re-embedded" in refused.stderr
+    assert [h.id for h in await plain.search("greyhound", alice)] == [fact.id]
 
 
 def test_tokens_count_offline_by_model_name():

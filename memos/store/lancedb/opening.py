@@ -21,6 +21,7 @@ from memos.store.schema import VECTOR_COLUMN, arrow_schema, json_columns
 
 from .errors import brief, storage_error
 from .lease import StoreLease, local_path
+from .openers import Openers
 from .replay import replay_journal
 from .search_index import SearchIndex
 from .storage import DEFAULT_DIM, HISTORY_TABLE, META, META_SCHEMA, READ_CONSISTENCY, Storage, TypeTable, read_meta, write_meta
@@ -48,6 +49,7 @@ async def open_storage(
     if local is not None and not uri.startswith("file://") and not local.is_absolute():
         uri = str(local.absolute())
         local = local.absolute()
+    openers = Openers(local)  # refused while a re-embedding has the store (memos.store.lancedb.openers)
     if local is not None:  # another open of it in this process: its queued rows first (memos.store.lancedb.write_behind)
         await WriteBehind.flush_open(local)
     try:
@@ -67,7 +69,7 @@ async def open_storage(
     if stored != {"name": name, "dim": dim}:
         async with StoreLease.for_uri(uri).shared():
             await write_meta(meta, [{"key": "embedder", "value": json.dumps({"name": name, "dim": dim})}])
-    storage = Storage(uri, conn, meta, history, dim, name)
+    storage = Storage(uri, conn, meta, history, dim, name, openers)
     physical = json.loads(values.get("tables", "{}"))
     present = set(await conn.table_names(limit=100_000))
     for record_type in record_types:

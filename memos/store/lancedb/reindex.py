@@ -2,7 +2,8 @@
 
 Used when the embedder changes (another model, another dimension) or a store built in
 full-text-only mode gains vectors. The old tables stay until the switch is recorded, so a
-crash mid-way leaves the store as it was.
+crash mid-way leaves the store as it was. No other open of the store may be live meanwhile
+(`memos.store.lancedb.openers`): one would go on writing to the old tables.
 """
 
 from __future__ import annotations
@@ -23,9 +24,16 @@ __all__ = ["rebuild_tables"]
 async def rebuild_tables(storage: Storage, embedder: TextEmbedder,
                          progress: Callable[[int, int], None] | None = None) -> int:
     """Rebuild each type's table with `embedder`'s vectors; returns the number of rows re-embedded.
+    It needs the store to itself (`memos.store.lancedb.openers`): with another open live it writes nothing.
 
     `progress(done, total)` is called as rows are embedded (batches of 256, or the embedder's own
     call size when larger: the local encoder pads less in longer calls)."""
+    with storage.openers.alone():
+        return await _rebuild(storage, embedder, progress)
+
+
+async def _rebuild(storage: Storage, embedder: TextEmbedder, progress: Callable[[int, int], None] | None) -> int:
+    await storage.settle()  # what this open has queued goes to the tables rebuilt from
     total = sum([await t.table.count_rows() for t in storage.tables.values()]) if progress else 0
     meta = await storage.get_meta()
     physical: dict[str, str] = json.loads(meta.get("tables", "{}"))

@@ -41,6 +41,7 @@ from .journal import Journal
 from .keylocks import KeyLocks
 from .lease import StoreLease, local_path
 from .notices import Notices
+from .openers import Openers
 from .presence import RowPresence, store_epochs, stored_rows
 from .purge import PURGE_WAIT, Purge
 from .search_index import SearchIndex
@@ -97,7 +98,8 @@ class Storage:
     history_schema = HISTORY_SCHEMA
     meta_schema = META_SCHEMA
 
-    def __init__(self, uri: str, conn: Any, meta: Any, history: Any, dim: int, embedder_name: str | None) -> None:
+    def __init__(self, uri: str, conn: Any, meta: Any, history: Any, dim: int, embedder_name: str | None,
+                 openers: Openers | None = None) -> None:
         self.uri = uri
         self.conn = conn
         self.meta = meta
@@ -108,7 +110,7 @@ class Storage:
         """When each table is optimized (`memos.store.lancedb.compaction`)."""
         self.purge = Purge(self, self._retrying)
         """Old table versions dropped, now or deferred (`memos.store.lancedb.purge`)."""
-        self.lease = StoreLease.for_uri(uri)
+        self.lease, self.openers = StoreLease.for_uri(uri), openers or Openers(None)  # (`openers`: this open's hold of the store)
         self.reads = ReadCache()
         """Reads remembered at table versions; every write below reports its version to it."""
         self.retries = Retries()
