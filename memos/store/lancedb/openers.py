@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import threading
 import weakref
@@ -27,6 +28,8 @@ from memos.exceptions import StoreUnavailableError
 __all__ = ["OPEN_FILE", "Openers"]
 
 OPEN_FILE = ".memos-open"
+
+log = logging.getLogger("memos.store.lancedb.openers")
 
 _held: dict[Path, list[int]] = {}
 """This process's hold of each store it has open: [descriptor, opens]."""
@@ -52,8 +55,13 @@ class Openers:
         with _lock:
             held = _held.get(root)
             if held is None:
-                root.mkdir(parents=True, exist_ok=True)
-                fd = os.open(root / OPEN_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    root.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(root / OPEN_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                except OSError as exc:  # a read-only copy: nothing to hold (nor can it be re-embedded)
+                    log.info("no open hold on %s (%s)", root, exc)
+                    self.root = None
+                    return
                 try:
                     fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 except BlockingIOError:
