@@ -3,13 +3,14 @@ the graph tools, consolidation, isolation and forget (scripted models only, real
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from memos.memtypes import Entity, Relation
 from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memos import Scope
+from memos import MemoryOS, Scope
 from memos.graph.extraction import extract_mentions, query_names
 from memos.portability import forget_user
 
@@ -78,6 +79,27 @@ async def test_ingest_links_turns_to_entities_and_search_reaches_them(mem):
     hits = await mem.search("What did Bartholomew say?", s, budget_tokens=500)
     assert {h.id for h in hits if "graph_score" in h.parts} >= {turns[0].id, turns[2].id}
     assert all(h.memory_type != "entity" for h in hits)  # entities are reached through links, never packed
+
+
+async def test_entities_and_relations_written_at_once_by_two_opens_stay_one(mem, db_path, embedder, clock, vault_key):
+    """Writers at once (two tasks of one open, another open: server workers) that resolve one name
+    make one entity; two exclusive relations of one subject leave one open; two ingests that
+    mention one name both land in its mentions."""
+    other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    await asyncio.gather(mem.graph.ensure(USER, "Bob Smith", kind="person"), mem.graph.ensure(USER, "Bob Smith", kind="person"),
+                         other.graph.ensure(USER, "Bob Smith", kind="person"))
+    assert [e.name for e in await mem.graph.entities(USER)] == ["Bob Smith"]
+    await asyncio.gather(mem.graph.add_relation(USER, "Dan", "lives in", "Paris", exclusive=True),
+                         other.graph.add_relation(USER, "Dan", "lives in", "Rome", exclusive=True))
+    assert len([r for r in await mem.graph.relations(USER) if r.subject == "Dan"]) == 1  # the one that holds now
+    dan = [r for r in await mem.list(USER, Relation, status=None) if r.subject == "Dan"]
+    assert len(dan) == 2 and len([r for r in dan if r.valid_to is None]) == 1  # the other one closed, kept
+    assert [e.name for e in await other.graph.entities(USER)].count("Dan") == 1
+    mem.entity_links = other.entity_links = True
+    one, two = await asyncio.gather(mem.ingest(USER, [{"actor": "Ann", "text": "My cousin Bartholomew moved to Reykjavik."}]),
+                                    other.ingest(USER, [{"actor": "Ann", "text": "We visited Bartholomew last winter."}]))
+    [bart] = [e for e in await mem.graph.entities(USER) if e.name == "Bartholomew"]
+    assert set(bart.mentions) == {one[0].id, two[0].id}
 
 
 # --- relations: bi-temporal ------------------------------------------------------------

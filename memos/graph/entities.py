@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -65,6 +66,8 @@ class GraphHost(Protocol):
     async def get(self, scope: Scope, memory_type: type[R], record_id: str) -> R: ...
 
     async def stored_vectors(self, scope: Scope, memory_type: Any, *, status: str = ...) -> dict[str, list[float]]: ...
+
+    def exclusive(self, key: str) -> AbstractAsyncContextManager[None]: ...
 
 __all__ = ["EntityGraph", "GraphHost", "GraphView", "Neighbourhood", "graph_candidates", "to_dot", "to_mermaid"]
 
@@ -169,6 +172,17 @@ class EntityGraph:
             Entity(name=name.strip(), kind=kind or "thing", summary=summary, aliases=list(aliases))
         except ValidationError as exc:
             raise InvalidRecordError(f"invalid entity: {exc.errors()[0]['msg']}") from None
+        async with self._resolving(scope):
+            return await self._ensure(scope, name, kind, summary, aliases, source_ids, actor, by_vector)
+
+    def _resolving(self, scope: Scope) -> AbstractAsyncContextManager[None]:
+        """Held while a user's entities are looked up and then created or changed (`ensure`, `link`),
+        by one task of one process of the store at a time: two that resolved one name at once each
+        created it, and two links rewrote one entity's mentions, the second without the first's."""
+        return self.memory.exclusive(f"entities\x1f{scope.user_id}")
+
+    async def _ensure(self, scope: Scope, name: str, kind: str, summary: str, aliases: Sequence[str], source_ids: Sequence[str],
+                      actor: str, by_vector: bool) -> Entity:
         existing = await self.find(scope, name)
         if existing is None:
             for alias in aliases:
@@ -227,6 +241,13 @@ class EntityGraph:
                 Entity(name=name.strip())
         except ValidationError as exc:
             raise InvalidRecordError(f"invalid relation: {exc.errors()[0]['msg']}") from None
+        # one writer of a user's relations at a time: two exclusive ones at once ("lives in" Paris, Rome) both stayed open
+        async with self.memory.exclusive(f"relations\x1f{scope.user_id}"):
+            return await self._add_relation(scope, subject, predicate, obj, object_is_entity, exclusive, when, source_ids,
+                                            subject_kind, object_kind, actor)
+
+    async def _add_relation(self, scope: Scope, subject: str, predicate: str, obj: str, object_is_entity: bool, exclusive: bool,
+                            when: datetime, source_ids: Sequence[str], subject_kind: str, object_kind: str, actor: str) -> Relation:
         subj = await self.ensure(scope, subject, kind=subject_kind, source_ids=source_ids, actor=actor)
         target = await self.ensure(scope, obj, kind=object_kind, source_ids=source_ids, actor=actor) if object_is_entity else None
         object_name = target.name if target else obj.strip()
@@ -321,6 +342,10 @@ class EntityGraph:
         entities are created as needed, in `scope`. Returns how many links were made."""
         if not records:
             return 0
+        async with self._resolving(scope):
+            return await self._link(scope, records, actor)
+
+    async def _link(self, scope: Scope, records: Sequence[MemoryRecord], actor: str) -> int:
         table = self.storage.type_table("entity")
         rows = await self.storage.rows("entity", Where(scope).status_in(("active",)).build()) if await self.storage.has_rows("entity") else []
         by_key: dict[str, Entity] = {}
