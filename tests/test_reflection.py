@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import timedelta
 
@@ -10,7 +11,8 @@ from memos.memtypes import Episode, Fact, Procedure
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memos.jobs.runs import ReflectionPolicy, reflection_state, should_reflect
+from memos import MemoryOS
+from memos.jobs.runs import ReflectionPolicy, reflection_state, run_job, should_reflect
 
 _ID = re.compile(r"\[([0-9a-f]{32})\]")
 
@@ -146,3 +148,15 @@ async def test_a_failing_job_records_its_error_in_history(mem, clock, alice):
     assert run["note"] == "failed" and run["errors"] == result["errors"]
     assert (await mem.counts(alice))["semantic"] == 0
     sched.shutdown()
+
+
+async def test_two_reflections_at_once_through_two_opens_write_the_insights_once(mem, db_path, embedder, clock, vault_key, alice):
+    """The scheduler in one process and `memos worker` (or a run by hand) in another: each run of
+    a kind for a scope waits for the one under way, then starts from what it wrote."""
+    other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    await _episodes(mem, alice, 30)
+    first, second = ScriptedReflector(), ScriptedReflector()
+    outcomes = await asyncio.gather(run_job(mem, "reflect", alice, model=FunctionModel(first)),
+                                    run_job(other, "reflect", alice, model=FunctionModel(second)))
+    assert sorted(o.get("insights", 0) for o in outcomes) == [0, 2] and first.calls + second.calls == 1, outcomes
+    assert len(await mem.list(alice, "semantic")) == 1 and len(await other.list(alice, "procedural")) == 1

@@ -229,7 +229,22 @@ async def run_job(memory: MemoryOS, kind: str, scope: Scope, *, model: Any = Non
     started = memory.clock()
     clock_start = time.perf_counter()
     outcome: dict[str, Any] = {"job": kind, "scope": str(scope), "started_at": started.isoformat(), "errors": []}
-    await memory.refresh()
+    # one run of a kind for a scope at a time, in every process of the store (the scheduler, `memos worker`, a run by
+    # hand): two reflections at once each wrote the same insights; the second starts from what the first wrote
+    key = "maintain" if kind == "maintain" else f"{kind}\x1f{scope.user_id}\x1f{scope.agent_id or ''}\x1f{scope.session_id or ''}"
+    async with memory.exclusive(f"job\x1f{key}"):
+        await memory.refresh()
+        await _run_kind(memory, kind, scope, model, opts, outcome)
+    outcome["seconds"] = round(time.perf_counter() - clock_start, 3)
+    summary = {k: v for k, v in outcome.items() if isinstance(v, int | float | str) and k not in ("scope", "started_at")}
+    log.info("job %s for %s: %s", kind, scope, summary)
+    await memory.record_job(scope, kind, outcome, actor=actor,
+                            note="failed" if outcome["errors"] else outcome.get("skipped", "ok"))
+    return outcome
+
+
+async def _run_kind(memory: MemoryOS, kind: str, scope: Scope, model: Any, opts: dict[str, Any], outcome: dict[str, Any]) -> None:
+    """The job's own work, its results and errors into `outcome`."""
     with span("memos.job", job=kind, user_id=scope.user_id):
         try:
             if kind == "reflect":
@@ -250,12 +265,6 @@ async def run_job(memory: MemoryOS, kind: str, scope: Scope, *, model: Any = Non
         except Exception as exc:  # recorded in history and logged with its traceback, then reported in the outcome
             log.exception("job %s for %s failed", kind, scope)
             outcome["errors"].append(f"{type(exc).__name__}: {exc}")
-    outcome["seconds"] = round(time.perf_counter() - clock_start, 3)
-    summary = {k: v for k, v in outcome.items() if isinstance(v, int | float | str) and k not in ("scope", "started_at")}
-    log.info("job %s for %s: %s", kind, scope, summary)
-    await memory.record_job(scope, kind, outcome, actor=actor,
-                            note="failed" if outcome["errors"] else outcome.get("skipped", "ok"))
-    return outcome
 
 
 async def refresh_tables(storage: Store) -> None:
