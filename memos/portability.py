@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from memos.jobs.partition import user_jobs_lock
 from memos.store.scope import Scope, validate_value
 
 from . import validation as check
@@ -204,11 +205,13 @@ def _rekey(memory: MemoryOS, record: Any, original: dict[str, Any], source: Vaul
 
 
 async def forget_user(memory: MemoryOS, user_id: str) -> dict[str, int]:
-    """Delete everything of `user_id`: records, history, session state; purge old versions."""
-    removed = await memory.erase(Scope(user_id))
-    keys = [k for k in await memory.state() if _meta_owner(k) == user_id]
-    await memory.delete_state(keys)
-    removed["state"] = len(keys)
+    """Delete everything of `user_id`: records, history, session state; purge old versions.
+    A job of the user under way (a reflection waiting for its model) ends first (`user_jobs_lock`)."""
+    async with memory.exclusive(user_jobs_lock(user_id)):
+        removed = await memory.erase(Scope(user_id))
+        keys = [k for k in await memory.state() if _meta_owner(k) == user_id]
+        await memory.delete_state(keys)
+        removed["state"] = len(keys)
     await memory.purge()
     return removed
 

@@ -11,8 +11,9 @@ from memos.memtypes import Episode, Fact, Procedure
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from memos import MemoryOS
+from memos import MemoryOS, Scope
 from memos.jobs.runs import ReflectionPolicy, reflection_state, run_job, should_reflect
+from memos.portability import forget_user
 
 _ID = re.compile(r"\[([0-9a-f]{32})\]")
 
@@ -160,3 +161,26 @@ async def test_two_reflections_at_once_through_two_opens_write_the_insights_once
                                     run_job(other, "reflect", alice, model=FunctionModel(second)))
     assert sorted(o.get("insights", 0) for o in outcomes) == [0, 2] and first.calls + second.calls == 1, outcomes
     assert len(await mem.list(alice, "semantic")) == 1 and len(await other.list(alice, "procedural")) == 1
+
+
+async def test_a_reflection_waiting_for_its_model_while_the_user_is_forgotten_leaves_nothing(mem, db_path, embedder, clock, vault_key,
+                                                                                            alice):
+    """Its insights are drawn from the user's episodes: written after the forget, they outlived it."""
+    other = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=vault_key)
+    await _episodes(mem, alice, 30)
+    script, asked = ScriptedReflector(), asyncio.Event()
+
+    async def slow_model(messages, info):
+        asked.set()
+        await asyncio.sleep(0.5)  # the forget comes in while the model thinks
+        return script(messages, info)
+
+    async def forget() -> dict[str, int]:
+        await asked.wait()
+        return await forget_user(other, alice.user_id)
+
+    outcome, _ = await asyncio.gather(run_job(mem, "reflect", alice, model=FunctionModel(slow_model)), forget())
+    assert outcome["insights"] == 2  # written before the forget, then forgotten with the rest
+    for memory in (mem, other):
+        assert set((await memory.counts(Scope(alice.user_id))).values()) == {0}
+    assert await mem.raw_history(Scope(alice.user_id)) == []

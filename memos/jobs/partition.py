@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar
 
 from memos.store.scope import Scope
 
-__all__ = ["ScopeKey", "Scoped", "by_scope", "record_scope", "same_scope", "stored_scope"]
+__all__ = ["ScopeKey", "Scoped", "by_scope", "record_scope", "same_scope", "stored_scope", "user_jobs_lock"]
 
 
 class Scoped(Protocol):
@@ -54,3 +54,11 @@ def by_scope(records: Iterable[S]) -> dict[ScopeKey, list[S]]:
     for record in records:
         groups.setdefault(stored_scope(record), []).append(record)
     return dict(sorted(groups.items()))
+
+
+def user_jobs_lock(user_id: str) -> str:
+    """The key (`MemoryOS.exclusive`) every job run for `user_id` holds (`memos.jobs.runs.run_job`)
+    and forgetting the user holds too (`memos.portability.forget_user`): one job of a user at a
+    time in every process of the store, and none across a forget (a reflection under way wrote
+    insights drawn from the forgotten user's episodes after they were erased)."""
+    return f"jobs\x1f{user_id}"

@@ -37,7 +37,7 @@ from memos.telemetry import span
 
 from .consolidation import ConsolidationPlan, Merge, Supersede, apply_plan, normalize_text, plan_consolidation
 from .decay import DecayPolicy, apply_decay
-from .partition import ScopeKey, by_scope, same_scope, stored_scope
+from .partition import ScopeKey, by_scope, same_scope, stored_scope, user_jobs_lock
 from .reflection_state import reflection_key, reflection_state, scope_key
 
 if TYPE_CHECKING:
@@ -229,17 +229,16 @@ async def run_job(memory: MemoryOS, kind: str, scope: Scope, *, model: Any = Non
     started = memory.clock()
     clock_start = time.perf_counter()
     outcome: dict[str, Any] = {"job": kind, "scope": str(scope), "started_at": started.isoformat(), "errors": []}
-    # one run of a kind for a scope at a time, in every process of the store (the scheduler, `memos worker`, a run by
-    # hand): two reflections at once each wrote the same insights; the second starts from what the first wrote
-    key = "maintain" if kind == "maintain" else f"{kind}\x1f{scope.user_id}\x1f{scope.agent_id or ''}\x1f{scope.session_id or ''}"
-    async with memory.exclusive(f"job\x1f{key}"):
+    # one job of a user at a time in every process of the store (the scheduler, `memos worker`, a run by hand), and none
+    # across a forget: two reflections at once each wrote the same insights; a later run starts from what the earlier wrote
+    async with memory.exclusive("jobs\x1fmaintain" if kind == "maintain" else user_jobs_lock(scope.user_id)):
         await memory.refresh()
         await _run_kind(memory, kind, scope, model, opts, outcome)
-    outcome["seconds"] = round(time.perf_counter() - clock_start, 3)
-    summary = {k: v for k, v in outcome.items() if isinstance(v, int | float | str) and k not in ("scope", "started_at")}
-    log.info("job %s for %s: %s", kind, scope, summary)
-    await memory.record_job(scope, kind, outcome, actor=actor,
-                            note="failed" if outcome["errors"] else outcome.get("skipped", "ok"))
+        outcome["seconds"] = round(time.perf_counter() - clock_start, 3)
+        summary = {k: v for k, v in outcome.items() if isinstance(v, int | float | str) and k not in ("scope", "started_at")}
+        log.info("job %s for %s: %s", kind, scope, summary)
+        await memory.record_job(scope, kind, outcome, actor=actor,  # (its history row is the user's too)
+                                note="failed" if outcome["errors"] else outcome.get("skipped", "ok"))
     return outcome
 
 
