@@ -14,6 +14,7 @@ import httpx2 as httpx
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from memos import Scope
 from memos.serve import ServeConfig, create_app
 
 ADMIN = "admin-key-for-tests-0123456789"
@@ -88,6 +89,25 @@ async def test_openai_style_messages_are_extracted_in_the_background_into_record
     assert "I play the cello every evening" in manager.prompts[0]
     turns = (await api.http.get("/v1/timeline", params={"session_id": "s1"}, headers=alice)).json()["turns"]
     assert [p["id"] for p in turns[0]["produced"]] == [fact["id"]]
+
+
+async def test_forgetting_the_user_while_an_extraction_runs_leaves_nothing_of_it(mem):
+    """The job's records are drawn from the user's turns: the forget waits for the job under way
+    and erases what it wrote too (it used to write them after the erase)."""
+    gate = asyncio.Event()
+    api = Api(mem, Manager(gate=gate))
+    alice = await api.key("alice")
+    r = await api.http.post("/v1/messages", headers=alice, json={"session_id": "s1", "messages": [
+        {"role": "user", "content": "I play the cello every evening"}]})
+    await api.job(alice, r.json()["extraction"]["job_id"], done=False)
+    forget = asyncio.ensure_future(api.http.delete("/v1/memory", params={"confirm": "alice"}, headers=alice))
+    await asyncio.sleep(0.3)
+    assert not forget.done()  # it waits for the job, which waits for its model
+    gate.set()
+    assert (await forget).status_code == 200
+    for store in mem.type_names:
+        assert await mem.list(Scope("alice"), store, status=None, limit=None) == [], store
+    assert await mem.raw_history(Scope("alice")) == []
 
 
 async def test_extract_false_records_the_turns_only(mem):

@@ -11,7 +11,9 @@ it) and its outcome is appended to the job history when it ends ("ok" with what 
 "failed" with the error). A failed model run is tried again after a doubling backoff, up to
 `attempts` tries; a job still running when the server stops is recorded as failed. The turns
 stay stored whatever happens to the job. Jobs of one session run one at a time (each sees what
-the one before wrote); at most `concurrency` run at once in a process.
+the one before wrote); at most `concurrency` run at once in a process. A job holds its user's job
+lock (`memos.jobs.partition.user_jobs_lock`, as reflection does): forgetting the user waits for it,
+and a job that starts after its turns were deleted reads nothing ("skipped").
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memos.jobs.partition import user_jobs_lock
 from memos.keyed_locks import KeyedLocks
 from memos.memory import MemoryOS
 from memos.memtypes import Episode, new_id
@@ -48,13 +51,15 @@ class ExtractionJob:
     written: list[dict[str, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     started_at: str = ""
+    skipped: str = ""
+    """Why it read nothing (its turns deleted before it ran), if so."""
 
     def outcome(self) -> dict[str, Any]:
         """The job as `/v1/jobs` shows it (and as its history row keeps it)."""
         return {"job": KIND, "job_id": self.job_id, "status": self.status, "scope": str(self.scope),
                 "session_id": self.scope.session_id, "started_at": self.started_at, "turns": len(self.turn_ids),
                 "turn_ids": list(self.turn_ids), "attempts": self.attempts, "written": list(self.written),
-                "errors": list(self.errors)}
+                "errors": list(self.errors), **({"skipped": self.skipped} if self.skipped else {})}
 
 
 class Extractions:
@@ -93,29 +98,40 @@ class Extractions:
             await asyncio.wait(pending)
 
     async def _run(self, memory: MemoryOS, job: ExtractionJob, model: Any, turns: list[Episode]) -> None:
-        from memos.agents.manager import MemoryManager
-
         started = time.perf_counter()
+        # the user's job lock (as reflection's): forgetting the user waits for this job, and a job after a forget finds
+        # its turns gone instead of writing what it drew from them
+        lock = memory.exclusive(user_jobs_lock(job.scope.user_id))
         try:
-            async with self._sessions.hold(job.scope), self._slots:
-                manager = MemoryManager(memory, job.scope, model)
-                for attempt in range(1, self.attempts + 1):
-                    job.attempts = attempt
-                    try:
-                        report = await manager.run(turns)
-                    except Exception as exc:  # noqa: BLE001 - not swallowed: logged, retried, then a failed job in history
-                        job.errors.append(f"{type(exc).__name__}: {exc}")
-                        log.warning("extraction %s failed (try %d of %d): %s", job.job_id, attempt, self.attempts, job.errors[-1])
-                        if attempt < self.attempts:
-                            await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
-                        continue
-                    job.written = [{"action": a, "store": s, "id": i} for a, s, i in report.written]
-                    break
+            async with self._sessions.hold(job.scope), self._slots, lock:
+                await self._go(memory, job, model, turns, started)
         except asyncio.CancelledError:
             job.errors.append("interrupted: the server stopped before the job ended; the turns are stored")
             await self._record(memory, job, started, "failed")
             raise
-        await self._record(memory, job, started, "failed" if len(job.errors) == job.attempts else "ok")
+
+    async def _go(self, memory: MemoryOS, job: ExtractionJob, model: Any, turns: list[Episode], started: float) -> None:
+        from memos.agents.manager import MemoryManager
+
+        stored = {t.id for t in await memory.get_many(job.scope, Episode, [t.id for t in turns])}
+        turns = [t for t in turns if t.id in stored]  # deleted meanwhile (the user forgotten): not read
+        if turns:
+            manager = MemoryManager(memory, job.scope, model)
+            for attempt in range(1, self.attempts + 1):
+                job.attempts = attempt
+                try:
+                    report = await manager.run(turns)
+                except Exception as exc:  # noqa: BLE001 - not swallowed: logged, retried, then a failed job in history
+                    job.errors.append(f"{type(exc).__name__}: {exc}")
+                    log.warning("extraction %s failed (try %d of %d): %s", job.job_id, attempt, self.attempts, job.errors[-1])
+                    if attempt < self.attempts:
+                        await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+                    continue
+                job.written = [{"action": a, "store": s, "id": i} for a, s, i in report.written]
+                break
+        else:
+            job.skipped = "its turns were deleted before it ran"
+        await self._record(memory, job, started, "failed" if job.attempts and len(job.errors) == job.attempts else "ok")
 
     async def _record(self, memory: MemoryOS, job: ExtractionJob, started: float, status: str) -> None:
         """Append the job's outcome to history (then it is no longer listed as running)."""
