@@ -34,15 +34,31 @@ log = logging.getLogger("memos.store.lancedb.openers")
 _held: dict[Path, list[int]] = {}
 """This process's hold of each store it has open: [descriptor, opens]."""
 _lock = threading.Lock()
+_deferred: list[Path] = []
+"""Opens collected while `_lock` was held (the collector can run inside `Openers()` itself): let
+go by the holder before it unlocks."""
 
 
 def _let_go(root: Path) -> None:
-    with _lock:
-        held = _held[root]
-        held[1] -= 1
-        if not held[1]:
-            os.close(held[0])  # and the lock with it
-            del _held[root]
+    """An open of the store at `root` was collected (a finalizer: it never waits for `_lock`, which
+    this very thread may hold)."""
+    _deferred.append(root)
+    if _lock.acquire(blocking=False):
+        _unlock()
+
+
+def _unlock() -> None:
+    """Let go of the deferred opens, then release `_lock` (held by the caller)."""
+    try:
+        while _deferred:
+            held = _held.get(root := _deferred.pop())
+            if held is not None:
+                held[1] -= 1
+                if not held[1]:
+                    os.close(held[0])  # and the lock with it
+                    del _held[root]
+    finally:
+        _lock.release()
 
 
 class Openers:
@@ -52,7 +68,8 @@ class Openers:
         self.root = root
         if root is None:
             return
-        with _lock:
+        _lock.acquire()
+        try:
             held = _held.get(root)
             if held is None:
                 try:
@@ -70,6 +87,8 @@ class Openers:
                                                 "process; open it when that has finished, with the embedder it used") from None
                 held = _held[root] = [fd, 0]
             held[1] += 1
+        finally:
+            _unlock()
         weakref.finalize(self, _let_go, root)  # the hold ends with the process's last open of the store
 
     @contextlib.contextmanager
