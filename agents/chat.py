@@ -38,6 +38,7 @@ from memos.context.paging import Summarizer
 from memos.context.session import CompiledContext, MemorySession
 from memos.context.window import BudgetPolicy
 from memos.exceptions import ConfigError
+from memos.jobs.partition import user_jobs_lock
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 
@@ -205,9 +206,10 @@ class ChatAgent:
     async def manage(self, *, retry_now: bool = False) -> ManagerReport | None:
         """Run the memory manager now for the turns it has not seen, and for failed batches whose
         backoff has passed (all of them with `retry_now`); returns the newest run's report."""
-        if self._manager is None:
+        if self._manager is None or self._session is None:
             return None
-        async with self._manage_lock:
+        # the user's job lock (as reflection's and extraction's): forgetting the user waits for this run and erases what it wrote
+        async with self._manage_lock, self.memory.exclusive(user_jobs_lock(self._session.scope.user_id)):
             if self._pending:
                 self.manager_batches.append(ManagerBatch(self._pending))
                 self._pending = []
@@ -226,7 +228,12 @@ class ChatAgent:
         return [r for r in [report] if r]
 
     async def _run_batch(self, batch: ManagerBatch, now: datetime) -> ManagerReport | None:
-        assert self._manager is not None
+        assert self._manager is not None and self._session is not None
+        stored = {t.id for t in await self.memory.get_many(self._session.scope, self.memory.turn_type, [t.id for t in batch.turns])}
+        batch.turns = [t for t in batch.turns if t.id in stored]  # deleted meanwhile (the user forgotten): not read
+        if not batch.turns:
+            self.manager_batches.remove(batch)
+            return None
         try:
             report = await self._manager.run(batch.turns)
         except Exception as exc:  # noqa: BLE001 - not swallowed: kept for a retry, logged, in the job history

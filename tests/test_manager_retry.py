@@ -9,6 +9,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memos import MemoryOS, Scope
 from memos.jobs.runs import job_history
+from memos.portability import forget_user
 
 SCOPE = Scope("alice", "bot", "s1")
 
@@ -76,3 +77,15 @@ async def test_a_batch_is_given_up_after_bounded_attempts_and_kept_batches_survi
     assert agent.manager_batches == []
     notes = [r["note"] for r in await job_history(mem, Scope("alice"), kind="manage")]
     assert notes[-1] == "gave up"
+
+
+async def test_a_kept_batch_of_a_user_forgotten_since_is_dropped_not_stored(mem, clock):
+    """Its turns were erased with the user: a retry drawing memories from them afterwards would
+    bring the user back (it did: the fact was stored after the forget)."""
+    agent = mem.agent(FunctionModel(reply), SCOPE, manager_model=FunctionModel(FlakyManager(failures=1)), background=False)
+    await agent.chat("I play the cello every evening.")  # the manager's run fails: the batch is kept
+    assert len(agent.manager_batches) == 1
+    await forget_user(mem, "alice")
+    clock.advance(seconds=31)
+    assert await agent.manage(retry_now=True) is None and agent.manager_batches == []
+    assert await mem.list(Scope("alice"), "semantic") == [] and await mem.raw_history(Scope("alice")) == []
