@@ -228,9 +228,8 @@ class ChatAgent:
         return [r for r in [report] if r]
 
     async def _run_batch(self, batch: ManagerBatch, now: datetime) -> ManagerReport | None:
-        assert self._manager is not None and self._session is not None
-        stored = {t.id for t in await self.memory.get_many(self._session.scope, self.memory.turn_type, [t.id for t in batch.turns])}
-        batch.turns = [t for t in batch.turns if t.id in stored]  # deleted meanwhile (the user forgotten): not read
+        assert self._manager is not None
+        batch.turns = await self._manager.still_stored(batch.turns)
         if not batch.turns:
             self.manager_batches.remove(batch)
             return None

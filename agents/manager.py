@@ -141,6 +141,12 @@ class MemoryManager:
     def _stores(self) -> list[type[MemoryRecord]]:
         return [t for t in self.memory.types.values() if t.model_writable]
 
+    async def still_stored(self, turns: Sequence[Episode]) -> list[Episode]:
+        """Of `turns` (held by a caller since they were stored), those still in the recall log: one
+        deleted since (its user forgotten) is left out, so nothing is drawn from it afterwards."""
+        stored = {t.id for t in await self.memory.get_many(self.scope, self.memory.turn_type, [t.id for t in turns])}
+        return [t for t in turns if t.id in stored]
+
     async def run(self, turns: Sequence[Episode]) -> ManagerReport:
         """Decide and apply what to keep from `turns` (one model request unless the plan needs fixing)."""
         report = ManagerReport(turns=len(turns))

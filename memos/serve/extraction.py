@@ -113,10 +113,8 @@ class Extractions:
     async def _go(self, memory: MemoryOS, job: ExtractionJob, model: Any, turns: list[Episode], started: float) -> None:
         from memos.agents.manager import MemoryManager
 
-        stored = {t.id for t in await memory.get_many(job.scope, Episode, [t.id for t in turns])}
-        turns = [t for t in turns if t.id in stored]  # deleted meanwhile (the user forgotten): not read
-        if turns:
-            manager = MemoryManager(memory, job.scope, model)
+        manager = MemoryManager(memory, job.scope, model)
+        if turns := await manager.still_stored(turns):
             for attempt in range(1, self.attempts + 1):
                 job.attempts = attempt
                 try:
