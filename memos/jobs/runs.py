@@ -231,7 +231,8 @@ async def run_job(memory: MemoryOS, kind: str, scope: Scope, *, model: Any = Non
     outcome: dict[str, Any] = {"job": kind, "scope": str(scope), "started_at": started.isoformat(), "errors": []}
     # one job of a user at a time in every process of the store (the scheduler, `memos worker`, a run by hand), and none
     # across a forget: two reflections at once each wrote the same insights; a later run starts from what the earlier wrote
-    async with memory.exclusive("jobs\x1fmaintain" if kind == "maintain" else user_jobs_lock(scope.user_id)):
+    # (maintain is store-wide: its key is no user's, as "jobs<US>maintain" was a user called "maintain")
+    async with memory.exclusive("maintain" if kind == "maintain" else user_jobs_lock(scope.user_id)):
         await memory.refresh()
         await _run_kind(memory, kind, scope, model, opts, outcome)
         outcome["seconds"] = round(time.perf_counter() - clock_start, 3)
