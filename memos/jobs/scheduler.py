@@ -12,8 +12,9 @@ URI, scope ids, an options dict), which is what lets `memos worker` run them in 
 process; a scheduler hands each run what it holds (`LiveStore`: the open memory and model it
 was given, or the stores its runs opened), never a process-wide registry. Run the scheduler either in-process (`MemoryOS.scheduler()`) or in a worker for a
 given store, not both at once: APScheduler 3 does not share its jobs' runs across processes, so
-each would run every job. Two runs of one kind for one scope never overlap, in any process
-(`run_job` holds the store's lock for them): the later one starts from what the earlier wrote.
+each would run every job. Two jobs of one user never overlap, in any process (`run_job` holds
+the user's job lock, `memos.jobs.partition.user_jobs_lock`): the later one starts from what the
+earlier wrote.
 
 APScheduler 3 reads the wall clock itself; `ClockedScheduler` replaces every such read with
 the injected clock, so tests move a clock instead of sleeping: `scheduler.run_due()` runs,
