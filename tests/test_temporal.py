@@ -49,6 +49,26 @@ def test_relative_dates_resolve_against_now(query, expected):
     assert span(query) == expected
 
 
+@pytest.mark.parametrize(("query", "now", "expected"), [
+    # NOW is a Monday: the most recent Tuesday before it was 30 December (one day of slack either side)
+    ("Who did I meet with during the lunch last Tuesday?", NOW, (date(2025, 12, 29), date(2026, 1, 1))),
+    ("What time did I reach the clinic on Monday?", NOW, (date(2025, 12, 28), date(2025, 12, 31))),  # today's is not "on Monday"
+    ("the artist I started to listen to last Friday", NOW, (date(2026, 1, 1), date(2026, 1, 4))),
+    ("what did we say this Monday", NOW, (date(2026, 1, 4), date(2026, 1, 7))),  # this week's: today
+    ("last Sunday", datetime(2024, 3, 4, 9, 0, tzinfo=UTC), (date(2024, 3, 2), date(2024, 3, 5))),  # yesterday
+    ("half a year ago", NOW, (date(2025, 7, 1), date(2025, 8, 1))),
+    ("what did I do on Feb 29", datetime(2026, 3, 1, tzinfo=UTC), (date(2024, 2, 28), date(2024, 3, 2))),  # the last leap day
+])
+def test_weekdays_half_years_and_leap_days(query, now, expected):
+    assert span(query, now) == expected
+
+
+@pytest.mark.parametrize("query", ["Turbocharged Tuesdays", "the rotation on a Sunday", "Sunday mass at St. Mary's", "Ash Wednesday"])
+def test_a_weekday_that_names_no_day_is_no_window(query):
+    assert span(query) is None
+
+
+
 @pytest.mark.parametrize(("query", "expected"), [
     ("What did John do the week before August 3, 2023?", (date(2023, 7, 26), date(2023, 8, 4))),
     ("the puppy she got two weeks before August 11, 2023", (date(2023, 7, 27), date(2023, 8, 12))),

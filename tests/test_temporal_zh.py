@@ -78,6 +78,28 @@ def test_year_ends(query, now, expected):
     assert span(query, now) == expected
 
 
+SUNDAY = datetime(2026, 3, 1, 15, 0, tzinfo=UTC)  # a Sunday, the day after a 28 February
+
+
+@pytest.mark.parametrize(("query", "now", "expected"), [
+    ("上上周做了什么", SUNDAY, (date(2026, 2, 9), date(2026, 2, 16))),  # the week before last, not last week
+    ("上上个月", SUNDAY, (date(2026, 1, 1), date(2026, 2, 1))),
+    ("上上个月", NOW, (date(2025, 11, 1), date(2025, 12, 1))),  # across the year end
+    ("上上周末", SUNDAY, (date(2026, 2, 14), date(2026, 2, 16))),
+    ("上上周三", SUNDAY, (date(2026, 2, 10), date(2026, 2, 13))),
+    ("周日去了哪里", SUNDAY, (date(2026, 2, 21), date(2026, 2, 24))),  # a bare weekday: the most recent before today
+    ("星期五", SUNDAY, (date(2026, 2, 26), date(2026, 3, 1))),
+    ("礼拜一", NOW, (date(2025, 12, 28), date(2025, 12, 31))),  # asked on a Monday: a week ago
+    ("半年前", SUNDAY, (date(2025, 9, 1), date(2025, 10, 1))),
+    ("去年的今天", SUNDAY, (date(2025, 2, 28), date(2025, 3, 3))),
+    ("元旦", SUNDAY, (date(2026, 1, 1), date(2026, 1, 2))),
+    ("去年元旦", SUNDAY, (date(2025, 1, 1), date(2025, 1, 2))),
+    ("2月29日", SUNDAY, (date(2024, 2, 28), date(2024, 3, 2))),  # the last leap day, not "no date"
+])
+def test_week_before_last_bare_weekdays_and_more(query, now, expected):
+    assert span(query, now) == expected
+
+
 @pytest.mark.parametrize(("query", "now", "expected"), [
     ("春节前买了什么？", datetime(2024, 2, 18, tzinfo=UTC), (date(2024, 1, 26), date(2024, 2, 11))),
     ("春节后", datetime(2024, 3, 1, tzinfo=UTC), (date(2024, 2, 9), date(2024, 3, 2))),
@@ -103,6 +125,8 @@ def test_spring_festival_table_is_plausible():
     "十三月",  # no such month
     "2月30日",  # no such day
     "每周日下午打球",  # a habit, not a date
+    "我一周一次去健身房",  # once a week: no Monday in it
+    "下周一开会",  # the future
 ])
 def test_no_window(query):
     assert span(query) is None

@@ -1,6 +1,6 @@
 """Pure parsing of time expressions in a query into a time window.
 
-"What did Maria donate in December 2023?", "on 7 July, 2023", "last year", "two weeks ago",
+"What did Maria donate in December 2023?", "on 7 July, 2023", "last year", "two weeks ago", "last Tuesday",
 "the week before August 3, 2023": `parse_time_window(query, now)` finds the most specific
 such expression (the earliest of that kind) and returns the window it names (`since` inclusive, `until` exclusive, UTC).
 Search uses it as a boost, never as a filter: records inside the window rise, nothing is
@@ -22,7 +22,19 @@ from datetime import UTC, datetime, timedelta
 from memos.time_bounds import shift
 
 from .temporal_zh import parse_zh, zh_sources
-from .time_windows import ANCHOR_REACH, DAY_SLACK, TimeWindow, ago_window, day_window, month_window, relative_window, year_window
+from .time_windows import (
+    ANCHOR_REACH,
+    DAY_SLACK,
+    TimeWindow,
+    ago_window,
+    day_window,
+    last_weekday,
+    latest_year,
+    month_window,
+    relative_window,
+    weekday_window,
+    year_window,
+)
 
 __all__ = ["TimeWindow", "ago_window", "day_window", "mentions_time", "month_window", "parse_time_window", "relative_window"]
 
@@ -37,6 +49,8 @@ _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 
 _COUNT = r"(?P<count>\d{1,3}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + r")"
 _UNIT = r"(?P<unit>day|week|month|year)s?"
 _SEASONS = {"spring": (3, 3), "summer": (6, 3), "autumn": (9, 3), "fall": (9, 3), "winter": (12, 3)}
+_WEEKDAYS = {name.lower(): i for i, name in enumerate(calendar.day_name)}
+_WEEKDAY = r"(?P<wd>" + "|".join(_WEEKDAYS) + r")"
 
 _HAN = re.compile("[\u4e00-\u9fff]")
 
@@ -61,8 +75,10 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("month_day", _pattern(rf"{_MONTH}\s+{_DAY}")),
     ("month_year", _pattern(rf"{_MONTH},?\s+(?:of\s+)?{_YEAR}")),
     ("season_year", _pattern(r"(?P<season>spring|summer|autumn|fall|winter)\s+(?:of\s+)?" + _YEAR)),
+    ("half_year_ago", _pattern(r"half\s+a\s+year\s+ago")),  # before "a year ago" in it
     ("ago", _pattern(rf"{_COUNT}\s+{_UNIT}\s+ago")),
     ("relative", _pattern(r"(?P<which>last|this|past|previous)\s+(?P<unit>week(?:end)?|month|year)")),
+    ("weekday", _pattern(rf"(?:(?P<which>last|this|past|previous)|on)\s+{_WEEKDAY}")),
     ("named_day", _pattern(r"(?P<which>yesterday|today|tonight)")),
     ("month", _pattern(rf"(?:in|during|since|by|of|early|late|mid)[\s-]+{_MONTH}")),
     ("year", _pattern(rf"(?:in|during|since|by|of)\s+{_YEAR}")),
@@ -91,8 +107,9 @@ _ANY_TIME: re.Pattern[str] | None = None
 _GROUP = re.compile(r"\(\?P<\w+>")
 _TIME_WORD = re.compile(
     r"\d|\b(?:yesterday|today|tonight|ago|weeks?|weekends?|months?|years?|spring|summer|autumn|fall|winter"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday"
     r"|jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april|june|july|august|september"
-    r"|october|november|december)\b|[年月日号號天周期拜春节庆]|五一", re.IGNORECASE)
+    r"|october|november|december)\b|[年月日号號天周期拜春节庆旦]|五一", re.IGNORECASE)
 """A word every time expression `mentions_time` finds holds (a digit, a month, a unit, ...)."""
 
 
@@ -125,8 +142,7 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
             return _full_date(g)
         if name in ("day_month", "month_day"):
             month, day = _month(g["month"]), int(g["day"])
-            year = now.year if (month, day) <= (now.month, now.day) else now.year - 1
-            return day_window(year, month, day)
+            return day_window(latest_year(month, day, now), month, day)
         if name == "month_year":
             return month_window(int(g["year"]), _month(g["month"]), 1)
         if name == "season_year":
@@ -136,6 +152,14 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
             return ago_window(_count(g["count"]), g["unit"].lower(), now)
         if name == "relative":
             return relative_window(g["which"].lower(), g["unit"].lower(), now)
+        if name == "half_year_ago":
+            return ago_window(6, "month", now)
+        if name == "weekday":  # "this Friday": this week's; "last Friday", "on Friday": the most recent before today
+            weekday = _WEEKDAYS[g["wd"].lower()]
+            if (g["which"] or "").lower() == "this":
+                today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+                return weekday_window(shift(today, timedelta(days=weekday - today.weekday())))
+            return weekday_window(last_weekday(weekday, now))
         if name == "named_day":
             today = datetime(now.year, now.month, now.day, tzinfo=UTC)
             start = shift(today, -timedelta(days=1)) if g["which"].lower() == "yesterday" else today

@@ -1,6 +1,7 @@
 """Chinese time expressions, read by the same rules as the English ones in `memos.retrieval.temporal`.
 
-昨天, 前天, 上周, 上个月, 去年五月, 三天前, 2023年5月8日, 五月八号, 春节前, 国庆, 周末, 今年夏天:
+昨天, 前天, 上周, 上上周, 上个月, 去年五月, 三天前, 半年前, 2023年5月8日, 五月八号, 春节前, 国庆, 元旦, 周末, 周三, 上周三,
+去年的今天, 今年夏天:
 `parse_zh(query, now)` returns the window the most specific expression names (earliest of its
 kind), or None. As in English, a date without a year is the most recent such date not in the
 future ("五月" asked in January is last May; "春节" is the last Spring Festival that has begun),
@@ -11,12 +12,25 @@ falls on a lunar date: `LUNAR_NEW_YEAR` lists it for 2015-2035 (no calendar depe
 
 from __future__ import annotations
 
+import calendar
 import re
 from datetime import UTC, datetime, timedelta
 
 from memos.time_bounds import shift
 
-from .time_windows import ANCHOR_REACH, DAY_SLACK, ago_window, day_window, month_window, relative_window, year_window
+from .time_windows import (
+    ANCHOR_REACH,
+    DAY_SLACK,
+    ago_window,
+    day_window,
+    last_weekday,
+    latest_year,
+    month_window,
+    relative_window,
+    shift_months,
+    weekday_window,
+    year_window,
+)
 
 __all__ = ["LUNAR_NEW_YEAR", "parse_zh", "zh_sources"]
 
@@ -38,22 +52,27 @@ _SEASON = r"(?P<season>[春夏秋冬])(?:天|季)"
 _UNITS = {"天": "day", "日": "day", "周": "week", "星期": "week", "礼拜": "week", "月": "month", "年": "year"}
 _WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
 _BEFORE = r"(?P<dir>之前|以前|前|之后|以后|后)"
+_BACK = {"上上": 2, "上": 1, "这": 0, "本": 0}
+"""How many weeks (months) back 上上周, 上周, 这周 (上上个月, 上个月, 这个月) are."""
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(p)) for name, p in [
     ("full_date_anchor", rf"{_YEAR}{_MONTH}{_DAY}{_BEFORE}"),
     ("full_date", rf"{_YEAR}{_MONTH}{_DAY}"),
-    ("festival_year", rf"(?:{_YEAR}|{_REL_YEAR})的?(?P<fest>春节|过年|国庆节?|五一)(?P<dir>前|后|之前|之后|以前|以后)?"),
+    ("festival_year", rf"(?:{_YEAR}|{_REL_YEAR})的?(?P<fest>春节|过年|国庆节?|五一|元旦)(?P<dir>前|后|之前|之后|以前|以后)?"),
     ("month_day_anchor", rf"{_MONTH}{_DAY}{_BEFORE}"),
     ("month_day", rf"{_MONTH}{_DAY}"),
     ("year_month", rf"(?:{_YEAR}|{_REL_YEAR}){_MONTH}(?!{_N}*[日号號])"),
     ("season_year", rf"(?:{_YEAR}|{_REL_YEAR}){_SEASON}"),
     ("ago", rf"(?P<count>{_N}{{1,3}}|几|好几)个?(?P<unit>天|星期|礼拜|周|月|年)(?:以?前|之前)"),
-    ("weekday", r"(?P<which>上|这|本)(?:个)?(?:周|星期|礼拜)(?P<wd>[一二三四五六日天])"),
-    ("weekend", r"(?P<which>上|这|本)?(?:个)?(?:周末|礼拜六日)"),
-    ("relative", r"(?P<which>上|这|本)(?:个)?(?P<unit>周|星期|礼拜|月)(?!末)"),
+    ("half_year_ago", r"半年(?:以?前|之前)"),
+    ("day_last_year", r"(?P<rel>去年|前年)的?今天"),
+    ("weekday", r"(?P<which>上上|上|这|本)(?:个)?(?:周|星期|礼拜)(?P<wd>[一二三四五六日天])"),
+    ("weekend", r"(?P<which>上上|上|这|本)?(?:个)?(?:周末|礼拜六日)"),
+    ("relative", r"(?P<which>上上|上|这|本)(?:个)?(?P<unit>周|星期|礼拜|月)(?!末)"),
     ("rel_year", r"(?P<rel>今年|去年|前年)(?!\d|[〇零一二两三四五六七八九十春夏秋冬])"),
     ("named_day", r"(?P<day>大前天|前天|昨天|昨晚|昨日|今天|今晚|今日)"),
-    ("festival", r"(?P<fest>春节|过年|国庆节?|五一)(?P<dir>前|后|之前|之后|以前|以后)?"),
+    ("festival", r"(?P<fest>春节|过年|国庆节?|五一|元旦)(?P<dir>前|后|之前|之后|以前|以后)?"),
+    ("bare_weekday", r"(?<![上这本下每个第几0-9〇零一二两三四五六七八九十])(?:周|星期|礼拜)(?P<wd>[一二三四五六日天])(?![0-9〇零一二两三四五六七八九十])"),
     ("month", rf"(?<![0-9〇零一二两三四五六七八九十年个几])({_MONTH})(?![0-9〇零一二两三四五六七八九十]*[日号號])"),
     ("year", rf"{_YEAR}"),
 ]]
@@ -115,8 +134,8 @@ def _given_year(g: dict[str, str | None], now: datetime) -> int:
 
 
 def _latest(month: int, day: int, now: datetime) -> int:
-    """The year of the most recent (month, day) that is not in the future."""
-    return now.year if (month, day) <= (now.month, now.day) else now.year - 1
+    """The year of the most recent (month, day) that is not in the future (`latest_year`)."""
+    return latest_year(month, day, now)
 
 
 def _anchored(anchor: datetime, direction: str) -> tuple[datetime, datetime]:
@@ -127,7 +146,7 @@ def _anchored(anchor: datetime, direction: str) -> tuple[datetime, datetime]:
 
 
 def _festival(fest: str, year: int | None, direction: str | None, now: datetime) -> tuple[datetime, datetime] | None:
-    """春节 (除夕 to 初七), 国庆 (1-7 October), 五一 (1-5 May); before / after reach ANCHOR_REACH."""
+    """春节 (除夕 to 初七), 国庆 (1-7 October), 五一 (1-5 May), 元旦 (1 January); before / after reach ANCHOR_REACH."""
     def start_end(y: int) -> tuple[datetime, datetime]:
         if fest in ("春节", "过年"):
             month, day = LUNAR_NEW_YEAR[y]
@@ -135,6 +154,8 @@ def _festival(fest: str, year: int | None, direction: str | None, now: datetime)
             return first - timedelta(days=1), first + timedelta(days=7)
         if fest.startswith("国庆"):
             return datetime(y, 10, 1, tzinfo=UTC), datetime(y, 10, 8, tzinfo=UTC)
+        if fest == "元旦":
+            return datetime(y, 1, 1, tzinfo=UTC), datetime(y, 1, 2, tzinfo=UTC)
         return datetime(y, 5, 1, tzinfo=UTC), datetime(y, 5, 6, tzinfo=UTC)
 
     if year is None:  # the most recent one that has begun
@@ -168,17 +189,24 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
         count = 3 if g["count"] in ("几", "好几") else _number(_group(g, "count"))
         return ago_window(count, _UNITS[_group(g, "unit")], now)
     if name == "weekday":
-        monday = shift(today, -timedelta(days=today.weekday()), -timedelta(weeks=1 if g["which"] == "上" else 0))
-        start = shift(monday, timedelta(days=_WEEKDAYS[_group(g, "wd")]))
-        return shift(start, -DAY_SLACK), shift(start, timedelta(days=1), DAY_SLACK)
+        monday = shift(today, -timedelta(days=today.weekday()), -timedelta(weeks=_BACK[_group(g, "which")]))
+        return weekday_window(shift(monday, timedelta(days=_WEEKDAYS[_group(g, "wd")])))
+    if name == "bare_weekday":  # 周三, 星期天: the most recent one before today
+        return weekday_window(last_weekday(_WEEKDAYS[_group(g, "wd")], now))
     if name == "weekend":
         if g["which"] is None:  # 周末: the most recent weekend (this one, if it has begun)
-            which = "this" if today.weekday() >= 5 else "last"
-        else:
-            which = "last" if g["which"] == "上" else "this"
-        return relative_window(which, "weekend", now)
+            return relative_window("this" if today.weekday() >= 5 else "last", "weekend", now)
+        return relative_window("this", "weekend", shift(today, -timedelta(weeks=_BACK[g["which"]])))
     if name == "relative":
-        return relative_window("last" if g["which"] == "上" else "this", _UNITS[_group(g, "unit")], now)
+        unit = _UNITS[_group(g, "unit")]
+        back = _BACK[_group(g, "which")]
+        earlier = shift_months(today, back) if unit == "month" else shift(today, -timedelta(weeks=back))
+        return relative_window("this", unit, earlier)
+    if name == "half_year_ago":
+        return ago_window(6, "month", now)
+    if name == "day_last_year":
+        year = _given_year(g, now)
+        return day_window(year, now.month, min(now.day, calendar.monthrange(year, now.month)[1]))
     if name == "rel_year":
         return year_window(_given_year(g, now))
     if name == "named_day":

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 from memos.time_bounds import LATEST, shift
 
-__all__ = ["ANCHOR_REACH", "DAY_SLACK", "TimeWindow", "ago_window", "day_window", "first_of", "month_window",
-           "relative_window", "shift_months", "year_window"]
+__all__ = ["ANCHOR_REACH", "DAY_SLACK", "TimeWindow", "ago_window", "day_window", "first_of", "last_weekday", "latest_year",
+           "month_window", "relative_window", "shift_months", "weekday_window", "year_window"]
 
 DAY_SLACK = timedelta(days=1)
 """A named day also covers the day before and after (time zones; "that evening")."""
@@ -37,6 +37,28 @@ def day_window(year: int, month: int, day: int) -> tuple[datetime, datetime]:
     """A named day, with `DAY_SLACK` either side (ValueError if it is no date)."""
     start = datetime(year, month, day, tzinfo=UTC)
     return shift(start, -DAY_SLACK), shift(start, timedelta(days=1), DAY_SLACK)
+
+
+def weekday_window(start: datetime) -> tuple[datetime, datetime]:
+    """A day named by its weekday ("last Tuesday", `上周三`), with `DAY_SLACK` either side."""
+    return shift(start, -DAY_SLACK), shift(start, timedelta(days=1), DAY_SLACK)
+
+
+def last_weekday(weekday: int, now: datetime) -> datetime:
+    """The start of the most recent day before today that is `weekday` (Monday 0): "on Tuesday",
+    "last Tuesday", `周二` asked on a Tuesday mean a week ago, on a Wednesday yesterday."""
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    return shift(today, -timedelta(days=(today.weekday() - weekday - 1) % 7 + 1))
+
+
+def latest_year(month: int, day: int, now: datetime) -> int:
+    """The year of the most recent (month, day) that is not in the future: 29 February asked in
+    a year without one is the last leap year's (ValueError for no date: 30 February)."""
+    year = now.year if (month, day) <= (now.month, now.day) else now.year - 1
+    if month == 2 and day == 29:
+        while not calendar.isleap(year):
+            year -= 1
+    return year
 
 
 def month_window(year: int, month: int, months: int) -> tuple[datetime, datetime]:
