@@ -58,6 +58,18 @@ def test_relative_dates_resolve_against_now(query, expected):
     ("last Sunday", datetime(2024, 3, 4, 9, 0, tzinfo=UTC), (date(2024, 3, 2), date(2024, 3, 5))),  # yesterday
     ("half a year ago", NOW, (date(2025, 7, 1), date(2025, 8, 1))),
     ("what did I do on Feb 29", datetime(2026, 3, 1, tzinfo=UTC), (date(2024, 2, 28), date(2024, 3, 2))),  # the last leap day
+    ("the day before yesterday", NOW, (date(2026, 1, 3), date(2026, 1, 4))),  # not yesterday
+    ("what did I cook last night", NOW, (date(2026, 1, 4), date(2026, 1, 5))),
+    ("this morning", NOW, (date(2026, 1, 5), date(2026, 1, 6))),
+    ("in the past two weeks", NOW, (date(2025, 12, 22), date(2026, 1, 6))),  # a span up to today
+    ("over the last 3 months", NOW, (date(2025, 10, 5), date(2026, 1, 6))),
+    ("the last few days", NOW, (date(2026, 1, 2), date(2026, 1, 6))),
+    ("this past weekend", NOW, (date(2026, 1, 3), date(2026, 1, 5))),  # the weekend just gone, not the past week
+    ("last winter", datetime(2026, 3, 4, tzinfo=UTC), (date(2025, 12, 1), date(2026, 3, 1))),  # the last one that has ended
+    ("last spring", datetime(2026, 3, 4, tzinfo=UTC), (date(2025, 3, 1), date(2025, 6, 1))),
+    ("this winter", NOW, (date(2025, 12, 1), date(2026, 3, 1))),
+    ("in early 2025", NOW, (date(2025, 1, 1), date(2025, 5, 1))),
+    ("late 2024", NOW, (date(2024, 9, 1), date(2025, 1, 1))),
 ])
 def test_weekdays_half_years_and_leap_days(query, now, expected):
     assert span(query, now) == expected

@@ -95,6 +95,14 @@ SUNDAY = datetime(2026, 3, 1, 15, 0, tzinfo=UTC)  # a Sunday, the day after a 28
     ("元旦", SUNDAY, (date(2026, 1, 1), date(2026, 1, 2))),
     ("去年元旦", SUNDAY, (date(2025, 1, 1), date(2025, 1, 2))),
     ("2月29日", SUNDAY, (date(2024, 2, 28), date(2024, 3, 2))),  # the last leap day, not "no date"
+    ("过去一周", SUNDAY, (date(2026, 2, 22), date(2026, 3, 2))),  # a span up to today
+    ("最近三天", SUNDAY, (date(2026, 2, 26), date(2026, 3, 2))),
+    ("近两个月", SUNDAY, (date(2026, 1, 1), date(2026, 3, 2))),
+    ("前几天", SUNDAY, (date(2026, 2, 22), date(2026, 3, 2))),
+    ("去年年底", SUNDAY, (date(2025, 11, 1), date(2026, 1, 1))),  # not the whole of last year
+    ("今年年初", SUNDAY, (date(2026, 1, 1), date(2026, 3, 1))),
+    ("年底", SUNDAY, (date(2025, 11, 1), date(2026, 1, 1))),  # this year's has not begun: the last one
+    ("2025年下半年", SUNDAY, (date(2025, 7, 1), date(2026, 1, 1))),
 ])
 def test_week_before_last_bare_weekdays_and_more(query, now, expected):
     assert span(query, now) == expected

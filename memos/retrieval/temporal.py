@@ -32,6 +32,7 @@ from .time_windows import (
     latest_year,
     month_window,
     relative_window,
+    span_back,
     weekday_window,
     year_window,
 )
@@ -77,9 +78,14 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("season_year", _pattern(r"(?P<season>spring|summer|autumn|fall|winter)\s+(?:of\s+)?" + _YEAR)),
     ("half_year_ago", _pattern(r"half\s+a\s+year\s+ago")),  # before "a year ago" in it
     ("ago", _pattern(rf"{_COUNT}\s+{_UNIT}\s+ago")),
+    ("span_back", _pattern(rf"(?:past|last)\s+(?P<count>\d{{1,3}}|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
+                           rf"|a\s+few|few|several|a\s+couple\s+of|couple\s+of)\s+{_UNIT}")),
+    ("season_rel", _pattern(r"(?P<which>last|this)\s+(?P<season>spring|summer|autumn|fall|winter)")),
+    ("year_part", _pattern(rf"(?P<part>early|mid|late)[\s-]+{_YEAR}")),
+    ("day_before_yesterday", _pattern(r"(?:the\s+)?day\s+before\s+yesterday")),
     ("relative", _pattern(r"(?P<which>last|this|past|previous)\s+(?P<unit>week(?:end)?|month|year)")),
     ("weekday", _pattern(rf"(?:(?P<which>last|this|past|previous)|on)\s+{_WEEKDAY}")),
-    ("named_day", _pattern(r"(?P<which>yesterday|today|tonight)")),
+    ("named_day", _pattern(r"(?P<which>yesterday|today|tonight|last\s+night|this\s+(?:morning|afternoon|evening))")),
     ("month", _pattern(rf"(?:in|during|since|by|of|early|late|mid)[\s-]+{_MONTH}")),
     ("year", _pattern(rf"(?:in|during|since|by|of)\s+{_YEAR}")),
 ]
@@ -107,7 +113,7 @@ _ANY_TIME: re.Pattern[str] | None = None
 _GROUP = re.compile(r"\(\?P<\w+>")
 _TIME_WORD = re.compile(
     r"\d|\b(?:yesterday|today|tonight|ago|weeks?|weekends?|months?|years?|spring|summer|autumn|fall|winter"
-    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|days?|night|morning|afternoon|evening"
     r"|jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april|june|july|august|september"
     r"|october|november|december)\b|[年月日号號天周期拜春节庆旦]|五一", re.IGNORECASE)
 """A word every time expression `mentions_time` finds holds (a digit, a month, a unit, ...)."""
@@ -160,10 +166,27 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
                 today = datetime(now.year, now.month, now.day, tzinfo=UTC)
                 return weekday_window(shift(today, timedelta(days=weekday - today.weekday())))
             return weekday_window(last_weekday(weekday, now))
-        if name == "named_day":
+        if name in ("named_day", "day_before_yesterday"):
             today = datetime(now.year, now.month, now.day, tzinfo=UTC)
-            start = shift(today, -timedelta(days=1)) if g["which"].lower() == "yesterday" else today
+            which = g.get("which") or ""
+            back = 2 if name == "day_before_yesterday" else 1 if which.lower() in ("yesterday", "last night") else 0
+            start = shift(today, -timedelta(days=back))
             return start, shift(start, timedelta(days=1))
+        if name == "span_back":
+            count = " ".join(g["count"].lower().split())
+            count = "a few" if count == "few" else "a couple of" if count == "couple of" else count
+            return span_back(_count(count), g["unit"].lower(), now)
+        if name == "season_rel":  # "this summer": this year's; "last summer": the most recent one that has ended
+            first, months = _SEASONS[g["season"].lower()]
+            if g["which"].lower() == "this":
+                return month_window(now.year if first <= now.month or first != 12 else now.year - 1, first, months)
+            year = now.year
+            while month_window(year, first, months)[1] > datetime(now.year, now.month, 1, tzinfo=UTC):
+                year -= 1
+            return month_window(year, first, months)
+        if name == "year_part":
+            first = {"early": 1, "mid": 5, "late": 9}[g["part"].lower()]
+            return month_window(int(g["year"]), first, 4)
         if name == "month":
             month = _month(g["month"])
             return month_window(now.year if month <= now.month else now.year - 1, month, 1)

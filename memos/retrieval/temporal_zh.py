@@ -28,6 +28,7 @@ from .time_windows import (
     month_window,
     relative_window,
     shift_months,
+    span_back,
     weekday_window,
     year_window,
 )
@@ -53,6 +54,8 @@ _UNITS = {"天": "day", "日": "day", "周": "week", "星期": "week", "礼拜":
 _WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
 _BEFORE = r"(?P<dir>之前|以前|前|之后|以后|后)"
 _BACK = {"上上": 2, "上": 1, "这": 0, "本": 0}
+_YEAR_PARTS = {"年初": (1, 2), "年底": (11, 2), "年末": (11, 2), "上半年": (1, 6), "下半年": (7, 6)}
+"""The months 去年年初, 年底, 上半年 ... cover: (first month, how many)."""
 """How many weeks (months) back 上上周, 上周, 这周 (上上个月, 上个月, 这个月) are."""
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(p)) for name, p in [
@@ -63,8 +66,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(p)) for name, 
     ("month_day", rf"{_MONTH}{_DAY}"),
     ("year_month", rf"(?:{_YEAR}|{_REL_YEAR}){_MONTH}(?!{_N}*[日号號])"),
     ("season_year", rf"(?:{_YEAR}|{_REL_YEAR}){_SEASON}"),
+    ("year_part", rf"(?:{_YEAR}|{_REL_YEAR})?的?(?P<part>年初|年底|年末|上半年|下半年)"),
     ("ago", rf"(?P<count>{_N}{{1,3}}|几|好几)个?(?P<unit>天|星期|礼拜|周|月|年)(?:以?前|之前)"),
     ("half_year_ago", r"半年(?:以?前|之前)"),
+    ("span_back", rf"(?:过去|最近|近)的?(?P<count>{_N}{{1,3}}|几)个?(?P<unit>天|星期|礼拜|周|月|年)"),
+    ("few_days", r"(?P<few>前|这|最近)几天"),
     ("day_last_year", r"(?P<rel>去年|前年)的?今天"),
     ("weekday", r"(?P<which>上上|上|这|本)(?:个)?(?:周|星期|礼拜)(?P<wd>[一二三四五六日天])"),
     ("weekend", r"(?P<which>上上|上|这|本)?(?:个)?(?:周末|礼拜六日)"),
@@ -202,6 +208,16 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
         back = _BACK[_group(g, "which")]
         earlier = shift_months(today, back) if unit == "month" else shift(today, -timedelta(weeks=back))
         return relative_window("this", unit, earlier)
+    if name == "span_back":
+        count = 3 if g["count"] == "几" else _number(_group(g, "count"))
+        return span_back(count, _UNITS[_group(g, "unit")], now)
+    if name == "few_days":  # 前几天: within the last week; 这几天, 最近几天: the last three days
+        return span_back(7 if g["few"] == "前" else 3, "day", now)
+    if name == "year_part":
+        given, (first, months) = _year(g, now), _YEAR_PARTS[_group(g, "part")]
+        if given is None:  # 年底 alone: the most recent one that has begun
+            given = now.year if (first, 1) <= (now.month, now.day) else now.year - 1
+        return month_window(given, first, months)
     if name == "half_year_ago":
         return ago_window(6, "month", now)
     if name == "day_last_year":

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from memos.time_bounds import LATEST, shift
 
 __all__ = ["ANCHOR_REACH", "DAY_SLACK", "TimeWindow", "ago_window", "day_window", "first_of", "last_weekday", "latest_year",
-           "month_window", "relative_window", "shift_months", "weekday_window", "year_window"]
+           "month_window", "relative_window", "shift_months", "span_back", "weekday_window", "year_window"]
 
 DAY_SLACK = timedelta(days=1)
 """A named day also covers the day before and after (time zones; "that evening")."""
@@ -100,9 +100,22 @@ def ago_window(count: int, unit: str, now: datetime) -> tuple[datetime, datetime
     return year_window(now.year - count)
 
 
+def span_back(count: int, unit: str, now: datetime) -> tuple[datetime, datetime]:
+    """ "the past two weeks", "over the last 3 months", `最近三天`: from `count` units before today
+    to the end of today."""
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    if unit in ("day", "week"):
+        start = shift(today, -timedelta(days=count * (7 if unit == "week" else 1)))
+    else:
+        start = shift_months(today, count * (12 if unit == "year" else 1))
+    return start, shift(today, timedelta(days=1))
+
+
 def relative_window(which: str, unit: str, now: datetime) -> tuple[datetime, datetime]:
     """ "last" / "this" / "past" week, weekend, month or year, relative to `now`."""
     today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    if unit == "weekend" and which == "past":  # "this past weekend": the most recent one (this one, if it has begun)
+        which = "this" if today.weekday() >= 5 else "last"
     if unit in ("week", "weekend"):
         monday = shift(today, -timedelta(days=today.weekday()))
         if which == "past":
