@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
@@ -138,6 +138,18 @@ def test_spring_festival_table_is_plausible():
 ])
 def test_no_window(query):
     assert span(query) is None
+
+
+def test_days_are_the_days_of_the_asking_time_zone():
+    """07:00 in Beijing is 23:00 UTC the day before: 昨天 is the Beijing day before, in UTC."""
+    beijing = datetime(2026, 3, 4, 7, 0, tzinfo=timezone(timedelta(hours=8)))
+    for query in ("昨天", "yesterday"):
+        window = parse_time_window(query, beijing)
+        assert (window.since, window.until) == (datetime(2026, 3, 2, 16, tzinfo=UTC), datetime(2026, 3, 3, 16, tzinfo=UTC))
+    new_york = datetime(2026, 3, 3, 22, 0, tzinfo=timezone(timedelta(hours=-5)))  # already 4 March in UTC
+    window = parse_time_window("today", new_york)
+    assert (window.since, window.until) == (datetime(2026, 3, 3, 5, tzinfo=UTC), datetime(2026, 3, 4, 5, tzinfo=UTC))
+    assert parse_time_window("上周三", beijing).since == datetime(2026, 2, 23, 16, tzinfo=UTC)  # 24 Feb, a day of slack, Beijing
 
 
 def test_mixed_query_reads_the_chinese_date():

@@ -120,11 +120,19 @@ _TIME_WORD = re.compile(
 
 
 def parse_time_window(query: str, now: datetime) -> TimeWindow | None:
-    """The time window the most specific time expression in `query` names, or None."""
-    now = now.astimezone(UTC) if now.tzinfo else now.replace(tzinfo=UTC)
+    """The time window the most specific time expression in `query` names, or None. Days are the
+    days of `now`'s time zone ("yesterday" asked at 07:00 in Beijing is the Beijing day before, not
+    the UTC one); the window is in UTC. A naive `now` is UTC."""
+    offset = now.utcoffset() or timedelta(0)
+    found = _parse_local(query, now.replace(tzinfo=UTC))  # the wall clock of `now`, read as if it were UTC
+    if found is None or not offset:
+        return found
+    return TimeWindow(shift(found.since, -offset), shift(found.until, -offset), found.phrase)
+
+
+def _parse_local(query: str, now: datetime) -> TimeWindow | None:
     text = query[:2000]
     if _HAN.search(text):
-
         found = parse_zh(text, now)
         if found is not None:
             return TimeWindow(*found)
