@@ -31,9 +31,10 @@ from .time_windows import (
     last_weekday,
     latest_year,
     month_window,
+    named_day,
     relative_window,
     span_back,
-    weekday_window,
+    week_day,
     year_window,
 )
 
@@ -170,10 +171,7 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
             return ago_window(6, "month", now)
         if name == "weekday":  # "this Friday": this week's; "last Friday", "on Friday": the most recent before today
             weekday = _WEEKDAYS[g["wd"].lower()]
-            if (g["which"] or "").lower() == "this":
-                today = datetime(now.year, now.month, now.day, tzinfo=UTC)
-                return weekday_window(shift(today, timedelta(days=weekday - today.weekday())))
-            return weekday_window(last_weekday(weekday, now))
+            return named_day(week_day(weekday, now) if (g["which"] or "").lower() == "this" else last_weekday(weekday, now))
         if name in ("named_day", "day_before_yesterday"):
             today = datetime(now.year, now.month, now.day, tzinfo=UTC)
             which = g.get("which") or ""
@@ -186,8 +184,8 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
             return span_back(_count(count), g["unit"].lower(), now)
         if name == "season_rel":  # "this summer": this year's; "last summer": the most recent one that has ended
             first, months = _SEASONS[g["season"].lower()]
-            if g["which"].lower() == "this":
-                return month_window(now.year if first <= now.month or first != 12 else now.year - 1, first, months)
+            if g["which"].lower() == "this":  # a winter begun last December is this winter
+                return month_window(now.year - 1 if first == 12 and now.month < 12 else now.year, first, months)
             year = now.year
             while month_window(year, first, months)[1] > datetime(now.year, now.month, 1, tzinfo=UTC):
                 year -= 1
@@ -197,7 +195,7 @@ def _window(name: str, m: re.Match[str], now: datetime) -> tuple[datetime, datet
             return month_window(int(g["year"]), first, 4)
         if name == "month":
             month = _month(g["month"])
-            return month_window(now.year if month <= now.month else now.year - 1, month, 1)
+            return month_window(latest_year(month, 1, now), month, 1)
         if name == "year":
             return year_window(int(g["year"]))
     except ValueError:  # "31 February", "0 May": not a date

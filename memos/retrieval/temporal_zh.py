@@ -26,10 +26,11 @@ from .time_windows import (
     last_weekday,
     latest_year,
     month_window,
+    named_day,
     relative_window,
     shift_months,
     span_back,
-    weekday_window,
+    week_day,
     year_window,
 )
 
@@ -54,9 +55,9 @@ _UNITS = {"天": "day", "日": "day", "周": "week", "星期": "week", "礼拜":
 _WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
 _BEFORE = r"(?P<dir>之前|以前|前|之后|以后|后)"
 _BACK = {"上上": 2, "上": 1, "这": 0, "本": 0}
+"""How many weeks (months) back 上上周, 上周, 这周 (上上个月, 上个月, 这个月) are."""
 _YEAR_PARTS = {"年初": (1, 2), "年底": (11, 2), "年末": (11, 2), "上半年": (1, 6), "下半年": (7, 6)}
 """The months 去年年初, 年底, 上半年 ... cover: (first month, how many)."""
-"""How many weeks (months) back 上上周, 上周, 这周 (上上个月, 上个月, 这个月) are."""
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(p)) for name, p in [
     ("full_date_anchor", rf"{_YEAR}{_MONTH}{_DAY}{_BEFORE}"),
@@ -139,11 +140,6 @@ def _given_year(g: dict[str, str | None], now: datetime) -> int:
     return year
 
 
-def _latest(month: int, day: int, now: datetime) -> int:
-    """The year of the most recent (month, day) that is not in the future (`latest_year`)."""
-    return latest_year(month, day, now)
-
-
 def _anchored(anchor: datetime, direction: str) -> tuple[datetime, datetime]:
     """Before / after the day starting at `anchor`, as `memos.retrieval.temporal` reads "before X"."""
     if direction.endswith("前"):
@@ -181,7 +177,7 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
     today = datetime(now.year, now.month, now.day, tzinfo=UTC)
     if name in ("full_date", "full_date_anchor", "month_day", "month_day_anchor"):
         month, day = _number(_group(g, "month")), _number(_group(g, "day"))
-        year = _given_year(g, now) if name.startswith("full_date") else _latest(month, day, now)
+        year = _given_year(g, now) if name.startswith("full_date") else latest_year(month, day, now)
         window = day_window(year, month, day)  # ValueError when it is no date
         return _anchored(datetime(year, month, day, tzinfo=UTC), _group(g, "dir")) if name.endswith("_anchor") else window
     if name in ("festival_year", "festival"):
@@ -195,10 +191,9 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
         count = 3 if g["count"] in ("几", "好几") else _number(_group(g, "count"))
         return ago_window(count, _UNITS[_group(g, "unit")], now)
     if name == "weekday":
-        monday = shift(today, -timedelta(days=today.weekday()), -timedelta(weeks=_BACK[_group(g, "which")]))
-        return weekday_window(shift(monday, timedelta(days=_WEEKDAYS[_group(g, "wd")])))
+        return named_day(week_day(_WEEKDAYS[_group(g, "wd")], now, _BACK[_group(g, "which")]))
     if name == "bare_weekday":  # 周三, 星期天: the most recent one before today
-        return weekday_window(last_weekday(_WEEKDAYS[_group(g, "wd")], now))
+        return named_day(last_weekday(_WEEKDAYS[_group(g, "wd")], now))
     if name == "weekend":
         if g["which"] is None:  # 周末: the most recent weekend (this one, if it has begun)
             return relative_window("this" if today.weekday() >= 5 else "last", "weekend", now)
@@ -215,8 +210,7 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
         return span_back(7 if g["few"] == "前" else 3, "day", now)
     if name == "year_part":
         given, (first, months) = _year(g, now), _YEAR_PARTS[_group(g, "part")]
-        if given is None:  # 年底 alone: the most recent one that has begun
-            given = now.year if (first, 1) <= (now.month, now.day) else now.year - 1
+        given = latest_year(first, 1, now) if given is None else given  # 年底 alone: the most recent one that has begun
         return month_window(given, first, months)
     if name == "half_year_ago":
         return ago_window(6, "month", now)
@@ -233,7 +227,7 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
         month = _number(_group(g, "month"))
         if not 1 <= month <= 12:
             return None
-        return month_window(now.year if month <= now.month else now.year - 1, month, 1)
+        return month_window(latest_year(month, 1, now), month, 1)
     if name == "year":
         return year_window(_given_year(g, now))
     return None

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from memos.time_bounds import LATEST, shift
 
 __all__ = ["ANCHOR_REACH", "DAY_SLACK", "TimeWindow", "ago_window", "day_window", "first_of", "last_weekday", "latest_year",
-           "month_window", "relative_window", "shift_months", "span_back", "weekday_window", "year_window"]
+           "month_window", "named_day", "relative_window", "shift_months", "span_back", "week_day", "year_window"]
 
 DAY_SLACK = timedelta(days=1)
 """A named day also covers the day before and after (time zones; "that evening")."""
@@ -35,13 +35,19 @@ class TimeWindow:
 
 def day_window(year: int, month: int, day: int) -> tuple[datetime, datetime]:
     """A named day, with `DAY_SLACK` either side (ValueError if it is no date)."""
-    start = datetime(year, month, day, tzinfo=UTC)
+    return named_day(datetime(year, month, day, tzinfo=UTC))
+
+
+def named_day(start: datetime) -> tuple[datetime, datetime]:
+    """The day starting at `start` ("on 7 July", "last Tuesday", `上周三`), with `DAY_SLACK` either side."""
     return shift(start, -DAY_SLACK), shift(start, timedelta(days=1), DAY_SLACK)
 
 
-def weekday_window(start: datetime) -> tuple[datetime, datetime]:
-    """A day named by its weekday ("last Tuesday", `上周三`), with `DAY_SLACK` either side."""
-    return shift(start, -DAY_SLACK), shift(start, timedelta(days=1), DAY_SLACK)
+def week_day(weekday: int, now: datetime, weeks_back: int = 0) -> datetime:
+    """The start of day `weekday` (Monday 0) of this week, or of the week `weeks_back` weeks before:
+    "this Friday", `这周五`, `上周三`, `上上周三`."""
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    return shift(today, timedelta(days=weekday - today.weekday()), -timedelta(weeks=weeks_back))
 
 
 def last_weekday(weekday: int, now: datetime) -> datetime:
