@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from .batching import Coalescer, Outcome
 from .embed_requests import InFlight, RequestPolicy, embed_in_batches
 from .exceptions import ConfigError
+from .store.schema import finite
 
 if TYPE_CHECKING:
     import numpy as np
@@ -142,6 +143,9 @@ class TextEmbedder:
         vector = vector if type(vector) is list else list(vector)
         if len(vector) != self.dim:
             raise ConfigError(f"embedder {self.name} returned a {len(vector)}-d vector; expected {self.dim}")
+        if not finite(vector):
+            raise ConfigError(f"embedder {self.name} returned a vector with a NaN or infinite value; nothing was stored "
+                              "(a broken model file, or a text the model cannot embed)")
         return vector
 
 

@@ -7,6 +7,8 @@ and meta included) hashes the same as before.
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -14,6 +16,7 @@ from conftest import store_hashes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memos.memtypes import Episode, Fact, MemoryRecord, VaultItem
+from pydantic_ai.embeddings import Embedder, TestEmbeddingModel
 
 from memos import MemoryOS, Scope
 from memos._sync import run_sync
@@ -311,3 +314,36 @@ def test_every_public_method_either_works_or_raises_a_memos_error_changing_nothi
     assert documented(name, result, args), f"{name}({args!r:.300}) returned {result!r:.300}"
     if name in ("get", "list", "history", "counts", "search"):
         assert state(mem) == before, f"{name} is a read but changed stored data"
+
+
+class _NaNForPoison(TestEmbeddingModel):
+    """An embedder whose vector for any text holding "poison" is all NaN (a broken model file
+    does this for some inputs); other texts get an ordinary vector."""
+
+    async def embed(self, inputs, *, input_type, settings=None):
+        result = await super().embed(inputs, input_type=input_type, settings=settings)
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        vectors = [[math.nan] * len(v) if "poison" in t else [(i % 7) + 0.5 for i in range(len(v))]
+                   for t, v in zip(texts, result.embeddings, strict=True)]
+        return replace(result, embeddings=vectors)
+
+
+async def test_an_embedder_returning_nan_is_refused_and_the_store_keeps_working(tmp_path):
+    """A NaN vector used to be acknowledged; LanceDB then refused the write, and every later
+    write, list and search of every user raised its raw error, the next open included."""
+    mem = await MemoryOS.open(tmp_path / "db", embedder=Embedder(_NaNForPoison(dimensions=8)))
+    await mem.ingest(BOB, [{"speaker": "bob", "text": "bob likes green tea"}])
+    await mem.add(BOB, Fact(subject="Bob", summary="Bob drinks tea at four"))
+    before = await store_hashes(mem)
+    with pytest.raises(ConfigError, match="NaN or infinite value; nothing was stored"):
+        await mem.ingest(ALICE, [{"speaker": "alice", "text": "a poison turn about tea"}])
+    with pytest.raises(ConfigError, match="NaN or infinite value"):
+        await mem.add(ALICE, Fact(subject="Alice", summary="a poison fact about tea"))
+    with pytest.raises(ConfigError, match="NaN or infinite value"):
+        await mem.search("poison tea", ALICE)
+    assert await store_hashes(mem) == before
+    assert "bob: bob likes green tea" in {h.record.text for h in await mem.search("tea", BOB, k=5)}
+    await mem.ingest(ALICE, [{"speaker": "alice", "text": "alice likes tea too"}])
+    assert [h.record.text for h in await mem.search("tea", ALICE, k=5)] == ["alice: alice likes tea too"]
+    with pytest.raises(InvalidRecordError, match="NaN or infinite value"):  # the storage boundary refuses one too
+        mem.storage.type_table("semantic").to_row(Fact(subject="Alice", summary="x", text="x"), [math.inf] * 8)

@@ -363,3 +363,64 @@ def test_a_delete_of_an_add_committed_while_its_journal_segment_lived_on_is_not_
             await mem.get(scope, "semantic", ids[0])
 
     asyncio.run(reopened())
+
+
+OLD_NAN_WRITER = textwrap.dedent('''
+    import asyncio, math, os, sys
+    os.environ["LANCE_LOG"] = "error"
+    from dataclasses import replace
+    from pydantic_ai.embeddings import Embedder, TestEmbeddingModel
+    import memos.embeddings, memos.store.schema
+    from memos import MemoryOS, Scope
+    from memos.memtypes import Fact
+
+    memos.embeddings.finite = memos.store.schema.finite = lambda vector: True  # as versions before the check
+
+    class NaNForPoison(TestEmbeddingModel):
+        async def embed(self, inputs, *, input_type, settings=None):
+            result = await super().embed(inputs, input_type=input_type, settings=settings)
+            texts = [inputs] if isinstance(inputs, str) else list(inputs)
+            return replace(result, embeddings=[[math.nan if "poison" in t else 0.5] * len(v) for t, v in zip(texts, result.embeddings)])
+
+    async def main(db):
+        mem = await MemoryOS.open(db, embedder=Embedder(NaNForPoison(dimensions=8)))
+        mem.storage.behind.delay = 60  # the rows wait in the journal until the process is killed
+        added = [await mem.add(Scope("ann", "helper"), Fact(subject="Ann", summary=text))
+                 for text in ("a poison fact about boats", "Ann keeps a boat at pier four")]
+        print(" ".join(r.id for [r] in added), flush=True)  # acknowledged
+        await asyncio.sleep(3600)
+
+    asyncio.run(main(sys.argv[1]))
+''')
+
+
+def test_a_journaled_row_with_a_nan_vector_from_an_older_version_does_not_stop_the_store_opening(tmp_path: Path):
+    """Versions before the embedder's vectors were checked acknowledged a NaN vector into the
+    journal; LanceDB refuses to write it, and every later open failed replaying it. The row is
+    now written without its vector, found by full text, and the rest of the segment as it was."""
+    from pydantic_ai.embeddings import Embedder, TestEmbeddingModel
+
+    script, db = tmp_path / "writer.py", tmp_path / "db"
+    script.write_text(OLD_NAN_WRITER)
+    writer = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        ids = writer.stdout.readline().split() if writer.stdout else []
+        assert len(ids) == 2, "the writer did not acknowledge its adds"
+    finally:
+        writer.kill()
+        writer.wait(timeout=60)
+    assert segments(db)
+
+    async def reopened() -> None:
+        mem = await MemoryOS.open(db, embedder=Embedder(TestEmbeddingModel(dimensions=8)))
+        assert not segments(db)
+        poison, boat = ids
+        assert {r.id for r in await mem.list(ANN, "semantic", limit=None)} == {poison, boat}
+        vectors = await mem.stored_vectors(ANN, "semantic")
+        assert set(vectors) == {boat}  # the NaN one is kept without a vector
+        assert poison in {h.id for h in await mem.search("poison", ANN, k=5)}
+        assert boat in {h.id for h in await mem.search("pier four", ANN, k=5)}
+        await mem.ingest(ANN, [{"speaker": "ann", "text": "the boat needs paint"}])  # writes go on
+        assert any("paint" in h.record.text for h in await mem.search("paint", ANN, k=5))
+
+    asyncio.run(reopened())

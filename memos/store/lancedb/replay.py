@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from memos.store.schema import VECTOR_COLUMN, finite
 from memos.store.scope import sql_in
 
 from .journal import orphans, read_frames
@@ -49,6 +50,18 @@ async def absent(store: Replayed, memory_type: str | None, rows: list[dict[str, 
     return [r for r in rows if r["id"] not in present]
 
 
+def _writable(row: dict[str, Any], segment: str) -> dict[str, Any]:
+    """`row`, without its vector if that holds a NaN or infinite value (which LanceDB refuses, so
+    the row would block the open): journaled by a version that did not check its embedder's
+    vectors. The record is kept, found by full text; `memos reindex` embeds it again."""
+    vector = row.get(VECTOR_COLUMN)
+    if vector is None or finite(vector):
+        return row
+    log.warning("journal segment %s: record %s had a NaN or infinite vector; written without one "
+                "(found by full text until `memos reindex`)", segment, row.get("id"))
+    return {**row, VECTOR_COLUMN: None}
+
+
 async def replay_journal(store: Replayed, root: Path) -> int:
     """Write what the journal segments of stopped processes hold and the tables lack: their turns'
     rows (with their shared-table rows), the history rows of those turns and the
@@ -77,7 +90,7 @@ async def replay_journal(store: Replayed, root: Path) -> int:
                 continue
             written = 0
             for name, rows in typed.items():
-                missing = await absent(store, name, rows)
+                missing = [_writable(row, orphan.path.name) for row in await absent(store, name, rows)]
                 await store.add_rows(name, missing, shared_by_key=True)
                 written += len(missing)
             await store.append_history(await absent(store, None, history))
