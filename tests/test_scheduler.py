@@ -134,3 +134,23 @@ async def test_one_running_instance_per_job(db_path, clock, alice):
     sched.shutdown()
     assert skipped == [job_id("reflect", alice)]
     assert len(await job_history(mem, alice, kind="reflect")) == 1
+
+
+async def test_scopes_whose_ids_hold_colons_or_stars_get_their_own_jobs_and_reflection_state(db_path, clock):
+    """Ids joined with ':' and an open id written '*' made one job id (and one reflection state
+    key) for different scopes: scheduling the second replaced the first's job, and removing one
+    removed the other's."""
+    from memos.jobs.reflection_state import reflection_key
+
+    look_alikes = [Scope("a:b", "c"), Scope("a", "b:c"), Scope("u", "*"), Scope("u"), Scope("v", "x", "*"), Scope("v", "x")]
+    assert len({job_id("decay", s) for s in look_alikes}) == len({reflection_key(s) for s in look_alikes}) == len(look_alikes)
+    assert job_id("decay", Scope("bob", "assistant", "s1")) == "decay:bob:assistant:s1"  # ordinary ids keep their job ids
+    sched = MemoryScheduler(db_path, clock=clock, mode="manual").start()
+    for scope in look_alikes:
+        sched.add("decay", scope, every=timedelta(minutes=10), options={"embedder": None})
+    assert {j.scope for j in sched.jobs()} == set(look_alikes)
+    sched.remove("decay", Scope("u"))
+    assert Scope("u", "*") in {j.scope for j in sched.jobs()} and len(sched.jobs()) == len(look_alikes) - 1
+    clock.advance(minutes=10)
+    assert len(sched.run_due()) == len(look_alikes) - 1
+    sched.shutdown()

@@ -22,8 +22,17 @@ class StateReader(Protocol):
 
 
 def scope_key(scope: Scope) -> str:
-    """`user:agent:session` ('*' for an id the scope leaves open)."""
-    return ":".join([scope.user_id, scope.agent_id or "*", scope.session_id or "*"])
+    """`user:agent:session` ('*' for an id the scope leaves open), one key per scope: an id's own
+    '%', ':' and '*' are written %25, %3A and %2A (user 'a:b' with agent 'c' and user 'a' with
+    agent 'b:c' were one key, and so were agent '*' and no agent); other ids are as they are."""
+    return ":".join([_key_part(scope.user_id), _key_part(scope.agent_id), _key_part(scope.session_id)])
+
+
+def _key_part(value: str | None) -> str:
+    """An id as one part of a ':'-joined key ('*' for None; see `scope_key`)."""
+    if value is None:
+        return "*"
+    return value.replace("%", "%25").replace(":", "%3A").replace("*", "%2A") if any(c in value for c in "%:*") else value
 
 
 def reflection_key(scope: Scope) -> str:

@@ -50,6 +50,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 from memos.exceptions import ConfigError
 from memos.store.scope import Scope
 
+from .reflection_state import scope_key
+
 __all__ = ["JOB_KINDS", "JobInfo", "LiveStore", "MemoryScheduler", "canonical_uri", "default_jobs_url", "job_id"]
 
 log = logging.getLogger("memos.jobs.scheduler")
@@ -83,14 +85,10 @@ def default_jobs_url(uri: str | Path) -> str:
 
 
 def job_id(kind: str, scope: Scope) -> str:
-    """The id of the one job of `kind` for `scope` ('*' marks an id the scope leaves open)."""
+    """The id of the one job of `kind` for `scope`: `kind:user:agent:session` (`scope_key`)."""
     if kind not in JOB_KINDS:
         raise ConfigError(f"unknown job kind {kind!r}; known kinds: {', '.join(JOB_KINDS)}")
-    return ":".join([kind, scope.user_id, _part(scope.agent_id), _part(scope.session_id)])
-
-
-def _part(value: str | None) -> str:
-    return "*" if value is None else value
+    return f"{kind}:{scope_key(scope)}"
 
 
 @dataclass(frozen=True)
