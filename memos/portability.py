@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from memos.jobs.partition import user_jobs_lock
+from memos.jobs.reflection_state import key_user
 from memos.store.scope import Scope, validate_value
 
 from . import validation as check
@@ -224,5 +225,5 @@ def _meta_owner(key: str) -> str | None:
         except (ValueError, IndexError, KeyError):
             return None
     if key.startswith("reflection:"):
-        return key[len("reflection:"):].rsplit(":", 2)[0]  # reflection:<user>:<agent|*>:<session|*>
+        return key_user(key)
     return None

@@ -154,3 +154,12 @@ async def test_scopes_whose_ids_hold_colons_or_stars_get_their_own_jobs_and_refl
     clock.advance(minutes=10)
     assert len(sched.run_due()) == len(look_alikes) - 1
     sched.shutdown()
+
+    # forgetting user 'a:b' removes its reflection state and leaves user 'a's
+    from memos.portability import forget_user
+
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
+    for scope in look_alikes:
+        await mem.set_state(reflection_key(scope), "{}")
+    await forget_user(mem, "a:b")
+    assert {k for k in await mem.state() if k.startswith("reflection:")} == {reflection_key(s) for s in look_alikes[1:]}

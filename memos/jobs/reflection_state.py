@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from memos.store.scope import Scope
 
-__all__ = ["StateReader", "reflection_key", "reflection_state", "scope_key"]
+__all__ = ["StateReader", "key_user", "reflection_key", "reflection_state", "scope_key"]
 
 
 class StateReader(Protocol):
@@ -33,6 +33,12 @@ def _key_part(value: str | None) -> str:
     if value is None:
         return "*"
     return value.replace("%", "%25").replace(":", "%3A").replace("*", "%2A") if any(c in value for c in "%:*") else value
+
+
+def key_user(key: str) -> str:
+    """The user id of a `reflection_key` (what `memos forget` matches its state by)."""
+    user = key.removeprefix("reflection:").rsplit(":", 2)[0]
+    return user.replace("%3A", ":").replace("%2A", "*").replace("%25", "%") if "%" in user else user
 
 
 def reflection_key(scope: Scope) -> str:
