@@ -109,7 +109,7 @@ class MemosCapability(Capability[Any]):
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
         prompt = ctx.prompt if isinstance(ctx.prompt, str) else ""
-        asked = await self.session.record_turn("user", prompt) if self.record_turns and prompt.strip() else None
+        asked = await self.session.record_turn("user", prompt, fit=True) if self.record_turns and prompt.strip() else None
         result = await handler()
         output = result.output
         if self.record_turns and asked is not None and not isinstance(output, DeferredToolRequests):

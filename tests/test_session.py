@@ -139,3 +139,27 @@ async def test_turns_recorded_under_the_ids_the_state_names_write_no_state_and_r
     assert [t.summary for t in again.context] == [*said, "noted"]
     third = await MemorySession.open(await MemoryOS.open(db_path, embedder=None, clock=clock), scope, budget=4000)
     assert [t.summary for t in third.context] == [*said, "noted"]
+
+
+async def test_a_message_that_cannot_fit_the_budget_is_refused_and_stores_nothing(db_path, clock):
+    """step() used to store the turn beside the compile that then raised BudgetError: the
+    refused message stayed in the recall log and in the working context."""
+    from conftest import store_hashes
+
+    from memos import BudgetError, InvalidRecordError
+
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
+    session = await MemorySession.open(mem, Scope("alice", "bot", "s1"), budget=1000)
+    await session.step("hello there")
+    before, context = await store_hashes(mem), list(session.context)
+    with pytest.raises(BudgetError, match="the budget is 1000"):
+        await session.step("word " * 2000)
+    with pytest.raises(BudgetError, match="the budget is 1000"):
+        await session.record_turn("user", "word " * 2000, fit=True)
+    with pytest.raises(InvalidRecordError, match="the limit is 100,000"):  # was pydantic's own ValidationError
+        await session.step("y" * 100_001)
+    assert await store_hashes(mem) == before and session.context == context
+    reopened = await MemorySession.open(mem, Scope("alice", "bot", "s1"), budget=1000)
+    assert [t.summary for t in reopened.context] == [t.summary for t in context]
+    _, compiled = await session.step("a short one fits")
+    assert compiled.total_tokens <= 1000 and len(session.context) == len(context) + 1

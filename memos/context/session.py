@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
+from pydantic import ValidationError
+
 from memos import prompts
 from memos._sync import check_sync_twins, sync_classmethod_twin, sync_twin
-from memos.exceptions import BudgetError, ConfigError
+from memos.exceptions import BudgetError, ConfigError, InvalidRecordError
 from memos.ingest import Message
 from memos.jobs.reflection_state import reflection_state
 from memos.memtypes import CoreBlock, Episode, MemoryRecord
@@ -35,10 +37,11 @@ from memos.store.read_cache import FORGET, KEEP, ReadCache
 from memos.store.scope import Scope
 from memos.telemetry import span
 from memos.tokens import Tokenizer
+from memos.validation import describe_errors
 
 from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreHost, CoreMemory
 from .paging import ExtractiveSummarizer, Summarizer, newest_lines
-from .window import BudgetPolicy, StepInputs, plan_step, render_system_prompt
+from .window import BudgetPolicy, FixedPrompt, StepInputs, no_room, plan_step, render_system_prompt
 
 if TYPE_CHECKING:
     from memos.store.protocol import Store
@@ -150,8 +153,8 @@ class MemorySession(Generic[M]):
         self.evicted_total = 0
         self._context_read = False
         """The step's reads were just checked by `record_turn` (the compile that follows need not check again)."""
-        self._fixed: dict[bool, tuple[tuple, int]] = {}
-        """The prompt's fixed part counted last, with and without the store counts (`_counted`), by what it showed."""
+        self._fixed = FixedPrompt(memory.tokenizer.count)
+        """The prompt's fixed part, with and without the store counts (`_counted`, `_check_fits`)."""
         self._named: list[str] = []
         """The turn ids the state this session last saved names: the turns in context, then the
         ids drawn for its next turns (`_save_state`)."""
@@ -201,10 +204,13 @@ class MemorySession(Generic[M]):
     # --- the step ------------------------------------------------------------------------
 
     async def record_turn(self, role: Role, text: str, *, actor: str | None = None, message_id: str | None = None,
-                          occurred_at: datetime | None = None, importance: float = 0.5) -> Episode:
-        """Store a turn in episodic memory (the recall log) and add it to the working context."""
+                          occurred_at: datetime | None = None, importance: float = 0.5, fit: bool = False) -> Episode:
+        """Store a turn in episodic memory (the recall log) and add it to the working context. `fit`: it
+        is the message the next compile answers; if that could not fit it, `BudgetError`, nothing stored."""
         episode = await self._begin_turn(role, text, actor=actor, message_id=message_id, occurred_at=occurred_at,
                                          importance=importance)
+        if fit:
+            await self._check_fits(episode)
         await self._store_turn(episode, role)
         return episode
 
@@ -226,6 +232,7 @@ class MemorySession(Generic[M]):
                     importance: float) -> tuple[Episode, CompiledContext]:
         episode = await self._begin_turn("user", text, actor=actor, message_id=message_id, occurred_at=occurred_at,
                                          importance=importance)
+        await self._check_fits(episode)
         # the counts the compile plans with, as they are once the turn is stored (read now, before
         # its commit can move them: the same figures whichever finishes first)
         counts = await self.memory.counts(self.retrieval_scope, cached=True)
@@ -244,8 +251,8 @@ class MemorySession(Generic[M]):
         """The turn's episode, added to the working context (not stored yet: `_store_turn`)."""
         if role not in ("user", "assistant"):
             raise ConfigError(f"role must be 'user' or 'assistant', got {role!r}")
-        message = Message(id=message_id, actor=actor or role, text=text, timestamp=occurred_at or self.memory.clock(),
-                          importance=importance, tags=[f"{_ROLE_TAG}{role}", "turn"])
+        message = _message(role, id=message_id, actor=actor or role, text=text, timestamp=occurred_at or self.memory.clock(),
+                           importance=importance, tags=[f"{_ROLE_TAG}{role}", "turn"])
         # the turns in context as stored now: a tool may have moved a secret out of the turn
         # before since, a job may have changed one; the compile that follows uses this check
         await self._read_step()
@@ -357,20 +364,8 @@ class MemorySession(Generic[M]):
         optional sections empty; each optional section's wrapper is counted once per session."""
         count = self.memory.tokenizer.count
         now = self.memory.clock()
-
-        def fixed(with_counts: bool) -> int:
-            # rendered and counted again only when what it shows changed (the counts change with
-            # every turn, the rest seldom): two renders and counts of a step were ~3 ms
-            key = (self.instructions, tuple((b.label, b.block_description, b.value, b.limit, b.read_only) for b in blocks),
-                   tuple(counts.items()) if with_counts else None, last_reflection, now.strftime("%Y-%m-%d"))
-            if (found := self._fixed.get(with_counts)) is not None and found[0] == key:
-                return found[1]
-            tokens = count(render_system_prompt(instructions=self.instructions, blocks=blocks, counts=counts if with_counts else None,
-                                                last_reflection=last_reflection, summary="", memories=(), notice=None, now=now))
-            self._fixed[with_counts] = (key, tokens)
-            return tokens
-
-        whole, bare = fixed(True), fixed(False)
+        whole = self._fixed.tokens(self.instructions, blocks, counts, last_reflection, now)
+        bare = self._fixed.tokens(self.instructions, blocks, None, last_reflection, now)
         core = sum(count(b.value) + count(b.label) + 12 for b in blocks)
         frames = section_frames(self.memory.tokenizer)
         widest = prompts.render("pressure.j2", percent=99)
@@ -401,6 +396,15 @@ class MemorySession(Generic[M]):
         if self._summary_cut[:2] != (self.summary, tokens):
             self._summary_cut = (self.summary, tokens, _newest_part(self.summary, tokens, self.memory.tokenizer.count))
         return self._summary_cut[2]
+
+    async def _check_fits(self, episode: Episode) -> None:
+        """Refuse, before it is stored, a turn the compile could not fit even alone with the
+        instructions and core blocks (the `BudgetError` that compile would raise)."""
+        blocks, last_reflection = await asyncio.gather(self.core.blocks(cached=True), self._last_reflection())
+        fixed = self._fixed.tokens(self.instructions, blocks, None, last_reflection, self.memory.clock())
+        if fixed + self._turn_tokens(episode) > self.budget.total:
+            self.context.remove(episode)
+            raise BudgetError(no_room(fixed, self._turn_tokens(episode), self.budget.total))
 
     def _turn_tokens(self, turn: Episode) -> int:
         return self.memory.tokenizer.count(turn.summary) + self.budget.message_overhead
@@ -531,6 +535,14 @@ class MemorySession(Generic[M]):
     compile_sync = sync_twin(compile)
     conversation_search_sync = sync_twin(conversation_search)
     preview_sync = sync_twin(preview)
+
+def _message(role: Role, **fields: Any) -> Message:
+    """A turn's message; one pydantic refuses (a text over `MAX_MESSAGE_CHARS`) is an `InvalidRecordError`."""
+    try:
+        return Message(**fields)
+    except ValidationError as exc:
+        raise InvalidRecordError(f"the {role} message is invalid: {describe_errors(exc)}") from None
+
 
 def _newest_part(summary: str, tokens: int, count: Callable[[str], int]) -> str:
     """The newest lines of `summary` that fit in `tokens` (summaries grow at the end)."""
