@@ -17,6 +17,7 @@ from pydantic_ai import ModelRetry
 from pydantic_ai.toolsets import FunctionToolset
 
 from memos.exceptions import MemosError
+from memos.validation import folded
 
 from .arguments import parse_when
 from .deps import MemoryDeps
@@ -134,7 +135,7 @@ def memory_toolset(deps: MemoryDeps, *, reveal: bool = True) -> FunctionToolset[
         """Store a sensitive item encrypted; caption is a harmless description (it is what search shows)."""
         if not secret:
             raise ModelRetry("secret is empty")
-        if secret in caption:
+        if folded(secret) and folded(secret) in folded(caption):
             raise ModelRetry("the caption must not contain the secret; describe the item instead")
         try:
             item = VaultItem(caption=caption, secret=secret, entry_type=entry_type, sensitivity=sensitivity,

@@ -11,6 +11,8 @@ documented ones: text fields up to `MAX_TEXT_CHARS`, a query up to `MAX_QUERY_CH
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
@@ -47,6 +49,7 @@ __all__ = [
     "check_text",
     "check_time",
     "describe_errors",
+    "folded",
 ]
 
 IMMUTABLE_FIELDS = frozenset({"id", "user_id", "agent_id", "session_id", "text", "created_at", "updated_at"})
@@ -207,17 +210,26 @@ def check_secret_not_exposed(record: MemoryRecord, clear: Mapping[str, str]) -> 
     describe it."""
     shown = [name for name in (*type(record).content_fields(), "tags") if name not in record.secret_fields]
     for field, secret in clear.items():
-        secret = (secret or "").strip()
+        secret = folded(secret or "")
         if not secret:
             continue
         for name in shown:
             value = getattr(record, name)
             values = value if isinstance(value, list) else [value]
-            if any(isinstance(v, str) and secret in v for v in values):
+            if any(isinstance(v, str) and secret in folded(v) for v in values):
                 raise InvalidRecordError(
                     f"a {record.memory_type} item's {name} must not contain its {field}: the {name} is embedded, "
                     f"indexed and shown in clear; describe the item instead (e.g. 'bank card PIN')")
 
+
+def folded(text: str) -> str:
+    """`text` as a secret is compared in: case, width (NFKC: full-width digits) and spaces and
+    dashes ignored, so 'PIN 4921-77' in a caption still holds the secret '492177' and 'Hunter2'
+    holds 'hunter2'."""
+    return _SEPARATORS.sub("", unicodedata.normalize("NFKC", text)).casefold()
+
+
+_SEPARATORS = re.compile(r"[\s\-_.]+")
 
 HISTORY_REQUIRED = ("id", "record_id", "memory_type", "user_id", "op", "at")
 """The fields every history row has: the audit pass and `history` read them."""

@@ -135,6 +135,10 @@ async def test_a_vault_caption_holding_its_secret_is_refused_with_the_reason(mem
         await mem.update(alice, "vault", item.id, {"caption": "bank PIN (4921)"})  # checked against the stored secret
     with pytest.raises(InvalidRecordError, match="caption must not contain its secret"):
         await mem.update(alice, "vault", item.id, {"secret": "bank"})
+    for caption, secret in [("wifi password Hunter2", "hunter2"), ("PIN 49-21", "4921"), ("PIN ４９２１", "4921"),
+                            ("card 4111 1111 1111 1111", "4111111111111111")]:  # case, dashes, width and spaces aside
+        with pytest.raises(InvalidRecordError, match="caption must not contain its secret"):
+            await mem.add(alice, VaultItem(caption=caption, secret=secret))
     assert [r.caption for r in await mem.list(alice, "vault")] == ["bank PIN"]
     assert await mem.reveal(alice, item.id, approved_by="test") == "4921"
 
@@ -147,6 +151,8 @@ async def test_the_vault_store_tool_refuses_a_caption_holding_the_secret(mem, al
     tools = memory_toolset(MemoryDeps(await mem.session(alice))).tools
     with pytest.raises(ModelRetry, match="caption must not contain the secret"):
         await tools["vault_store"].function(caption="door code 7781", secret="7781")
+    with pytest.raises(ModelRetry, match="caption must not contain the secret"):
+        await tools["vault_store"].function(caption="router password Tr0ub4dor", secret="tr0ub4dor")
     assert await mem.list(alice, "vault") == []
 
 

@@ -66,18 +66,18 @@ async def test_key_rotation_reencrypts_every_secret_and_survives_an_interruption
     mem = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=key_file)
     items = []
     for user in ("alice", "bob"):
-        items += [(Scope(user), i) for i in await mem.add(Scope(user), [VaultItem(caption=f"{user} pin {n}", secret=f"{user}-pin-{n}") for n in range(3)])]
+        items += [(Scope(user), i) for i in await mem.add(Scope(user), [VaultItem(caption=f"{user} pin {n}", secret=f"{user}-{n}-1234") for n in range(3)])]
     old_key = key_file.read_text()
     # an interrupted rotation: the new key was written, nothing re-encrypted yet
     write_key_file(key_file.with_name("vault.key.next"), generate_key())
     resumed = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=key_file)
-    assert await resumed.reveal(Scope("alice"), items[0][1].id, approved_by="t") == "alice-pin-0"  # both keys load
+    assert await resumed.reveal(Scope("alice"), items[0][1].id, approved_by="t") == "alice-0-1234"  # both keys load
     out = runner.invoke(app, ["vault", "rotate-key", "--db", str(db_path), "--key-file", str(key_file)])
     assert out.exit_code == 0 and "re-encrypted 6 secrets" in out.output
     assert key_file.read_text() != old_key and not key_file.with_name("vault.key.next").exists()
     fresh = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=key_file)
     for scope, item in items:
-        assert await fresh.reveal(scope, item.id, approved_by="t") == item.caption.replace(" pin ", "-pin-")
+        assert await fresh.reveal(scope, item.id, approved_by="t") == item.caption.replace(" pin ", "-") + "-1234"
     old = tmp_path / "old.key"
     old.write_text(old_key)
     stale = await MemoryOS.open(db_path, embedder=embedder, clock=clock, vault_key_file=old)
