@@ -41,6 +41,7 @@ from memos.exceptions import ConfigError
 from memos.jobs.partition import user_jobs_lock
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
+from memos.telemetry import instrumentation
 
 from .deps import MemoryDeps
 from .manager import ManagerReport, MemoryManager
@@ -132,7 +133,8 @@ class ChatAgent:
         self.instructions = instructions
         self.name = name
         self.instrument = instrument
-        """pydantic-ai instrumentation (True or `InstrumentationSettings`): OpenTelemetry spans for runs and tools."""
+        """pydantic-ai instrumentation: OpenTelemetry spans for runs and tools (True: without their content,
+        `memos.telemetry.instrumentation`; or `InstrumentationSettings`, used as given)."""
         self._session: MemorySession[MemoryOS] | None = None
         self._agent: Agent[None, str | DeferredToolRequests] | None = None
         self._manager: MemoryManager | None = None
@@ -158,7 +160,7 @@ class ChatAgent:
             self._agent = Agent(self.model, output_type=[str, DeferredToolRequests], toolsets=[memory_toolset(deps)],
                                 name=self.name)
             if self.instrument is not None:
-                self._agent.instrument = self.instrument
+                self._agent.instrument = instrumentation(self.instrument)
             if self.manager_model is not None:
                 self._manager = MemoryManager(self.memory, self._session.scope, self.manager_model, instrument=self.instrument)
                 await self._load_batches()

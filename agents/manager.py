@@ -22,6 +22,7 @@ from memos import prompts
 from memos.exceptions import MemosError
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
+from memos.telemetry import instrumentation
 
 from .graph import apply_graph, check_graph, graph_notes
 from .tools import INSERTABLE_FIELDS
@@ -135,7 +136,7 @@ class MemoryManager:
         self.agent: Agent[None, ManagerPlan] = Agent(model, output_type=ManagerPlan, retries=max_retries,
                                                           name="memory_manager")
         if instrument is not None:
-            self.agent.instrument = instrument
+            self.agent.instrument = instrumentation(instrument)
         self.agent.output_validator(self._check)
 
     def _stores(self) -> list[type[MemoryRecord]]:
