@@ -143,13 +143,16 @@ class MemoryManager:
         return [t for t in self.memory.types.values() if t.model_writable]
 
     async def still_stored(self, turns: Sequence[Episode]) -> list[Episode]:
-        """Of `turns` (held by a caller since they were stored), those still in the recall log: one
-        deleted since (its user forgotten) is left out, so nothing is drawn from it afterwards."""
-        stored = {t.id for t in await self.memory.get_many(self.scope, self.memory.turn_type, [t.id for t in turns])}
-        return [t for t in turns if t.id in stored]
+        """`turns` (held by a caller since they were stored) as the recall log holds them now: one
+        deleted since (its user forgotten) is left out, so nothing is drawn from it afterwards, and
+        one changed since is as changed (a secret the vault took out of it is not in it)."""
+        stored = {t.id: t for t in await self.memory.get_many(self.scope, self.memory.turn_type, [t.id for t in turns])}
+        return [now for t in turns if isinstance(now := stored.get(t.id), Episode)]
 
     async def run(self, turns: Sequence[Episode]) -> ManagerReport:
-        """Decide and apply what to keep from `turns` (one model request unless the plan needs fixing)."""
+        """Decide and apply what to keep from `turns` (one model request unless the plan needs fixing),
+        read again first (`still_stored`): the prompt shows them as stored, not as the caller holds them."""
+        turns = await self.still_stored(turns)
         report = ManagerReport(turns=len(turns))
         if not turns:
             return report

@@ -67,6 +67,9 @@ class VaultHost(Protocol):
     clock: Callable[[], datetime]
 
     @property
+    def turn_type(self) -> str: ...
+
+    @property
     def storage(self) -> Store: ...
 
     def stamp(self, record: MemoryRecord) -> datetime: ...
@@ -75,6 +78,10 @@ class VaultHost(Protocol):
 
     async def update(self, scope: Scope, memory_type: Any, record_id: str, changes: dict[str, Any], *,
                      actor: str = ...) -> MemoryRecord: ...
+
+    async def state(self, *, cached: bool = ...) -> dict[str, str]: ...
+
+    async def set_state(self, key: str, value: str, *, behind: bool = ...) -> None: ...
 
 
 class Vault:
@@ -292,12 +299,16 @@ class Vault:
 
     async def scrub_sources(self, scope: Scope, item: MemoryRecord, secrets: list[str]) -> None:
         """A secret just stored in the vault leaves the records it came from (e.g. the chat turn
-        that said it) and the records that carry it only as keyword context (the turn after it):
-        their text, vectors, index entries, history and old table versions. A record whose own
-        content holds the same string is the user's other data and is left alone."""
+        that said it), the turns of the same conversation that said it (`scope`'s session: the
+        user may have said it a few turns before asking to keep it) and the records that carry it
+        only as keyword context (the turn after it): their text, vectors, index entries, history
+        and old table versions. Any other record whose own content holds the same string is the
+        user's other data and is left alone."""
         memory, storage = self.memory, self.memory.storage
         marker = f"[{item.memory_type} item {item.id}]"
         sources = set(item.source_ids)
+        if await self._scrub_summaries(scope.user_id, secrets, marker):
+            await storage.purge_old_versions(memory.turn_type)  # the meta table's old versions with it
         for name, record_type in memory.types.items():
             if record_type.secret_fields:
                 continue
@@ -309,7 +320,9 @@ class Vault:
             rows = await storage.rows(name, Where(user).id_in(sorted(holders)).build())
             table = storage.type_table(name)
             for record in (table.to_record(r) for r in rows):
-                if record.id not in sources and any(x in record.index_text() for x in secrets):
+                said_here = name == memory.turn_type and scope.session_id is not None \
+                    and (record.agent_id, record.session_id) == (scope.agent_id, scope.session_id)
+                if record.id not in sources and not said_here and any(x in record.index_text() for x in secrets):
                     continue
                 changes = {f: _replace_all(v, secrets, marker) for f, v in record.model_dump().items()
                            if isinstance(v, str) and f not in check.IMMUTABLE_FIELDS and any(x in v for x in secrets)}
@@ -322,6 +335,18 @@ class Vault:
                     {**r, "before": _replace_in_json(r["before"], secrets, marker), "after": _replace_in_json(r["after"], secrets, marker)}
                     for r in rows])
                 await storage.purge_old_versions(name)
+
+
+    async def _scrub_summaries(self, user_id: str, secrets: list[str], marker: str) -> bool:
+        """The secret leaves the running summaries of the user's sessions (session state: a turn
+        evicted from a working context lives on there, and every later prompt shows it); a live
+        session takes the summary up at its next step (`MemorySession._read_step`)."""
+        changed = False
+        for key, value in (await self.memory.state()).items():
+            if key.startswith("session:") and any(x in value for x in secrets) and json.loads(key[len("session:"):])[0] == user_id:
+                await self.memory.set_state(key, _replace_in_json(value, secrets, marker) or value)
+                changed = True
+        return changed
 
 
 def _replace_all(text: str | None, secrets: list[str], marker: str) -> str | None:

@@ -239,3 +239,38 @@ async def test_vault_reveal_needs_approval_and_never_leaks_otherwise(mem, tmp_pa
     files = [p for p in Path(mem.storage.uri).rglob("*") if p.is_file()]
     assert files and not [p for p in files if secret.encode() in p.read_bytes()]
     assert any("[revealed vault secret]" in t for t in turns)  # the reply was shown, not stored
+
+
+def _sees(script: Script) -> str:
+    """Everything a scripted model was sent, as one text."""
+    return "\n".join(str(getattr(part, "content", "")) for request in script.requests for m in request for part in m.parts)
+
+
+async def test_a_secret_vaulted_during_a_turn_never_reaches_the_memory_manager(mem):
+    """The chat agent kept the turns it had recorded for the manager as they were before the
+    vault took the secret out of them, and the manager's prompt showed them in clear."""
+    secret = "kR4-vault-991"
+    chat = Script(tool("vault_store", caption="Alice's gym locker code", secret=secret, entry_type="credential"), "stored it")
+    manager = Script(plan({"kind": "nothing"}))
+    agent = mem.agent(chat.model, SCOPE, manager_model=manager.model, manage_every=1, background=False)
+    await agent.chat(f"My gym locker code is {secret}, please keep it")
+    assert manager.requests and "gym locker code is [vault item" in _sees(manager)
+    assert secret not in _sees(manager)
+
+
+async def test_a_secret_vaulted_a_turn_after_it_was_said_is_scrubbed_from_that_turn(mem):
+    """The vault took the secret out of the turn the tool was called in only; said one turn
+    before, it stayed in that turn's text, its index and the manager's prompt."""
+    secret = "tq-5521-0098"
+    chat = Script("ok, noted", tool("vault_store", caption="Alice's locker code", secret=secret), "stored it")
+    manager = Script(plan({"kind": "nothing"}), plan({"kind": "nothing"}))
+    agent = mem.agent(chat.model, SCOPE, manager_model=manager.model, manage_every=2, background=False)
+    await agent.chat(f"the locker code is {secret}")
+    await agent.chat("please put that code in the vault")
+    await mem.storage.flush_queued()
+    turns = await mem.list(Scope("alice"), "episodic", limit=None)
+    assert len(turns) == 4 and not [t.summary for t in turns if secret in t.summary + t.text]
+    hits = await mem.search(secret, Scope("alice"), types=["episodic"])
+    assert not [h.record.render() for h in hits if secret in h.record.render() or "text_rank" in h.parts]
+    assert not [e for e in await mem.history(Scope("alice")) if secret in str(e)]
+    assert secret not in _sees(manager)

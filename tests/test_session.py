@@ -163,3 +163,31 @@ async def test_a_message_that_cannot_fit_the_budget_is_refused_and_stores_nothin
     assert [t.summary for t in reopened.context] == [t.summary for t in context]
     _, compiled = await session.step("a short one fits")
     assert compiled.total_tokens <= 1000 and len(session.context) == len(context) + 1
+
+
+async def test_a_secret_vaulted_after_its_turn_left_the_context_leaves_the_running_summary(db_path, clock):
+    """A turn evicted from the working context lives on in the running summary (session state);
+    the vault took the secret out of the turn but not out of the summary, which every later
+    prompt shows."""
+    from memos.memtypes import VaultItem
+
+    secret = "Qz-7781-locker"
+    scope = Scope("alice", "bot", "s1")
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
+    session = await MemorySession.open(mem, scope, budget=700)
+    said, _ = await session.step(f"my locker code is {secret}.")
+    rng = random.Random(3)
+    for i in range(12):
+        await session.step(turn_text(i, rng))
+        if said.id not in {t.id for t in session.context}:
+            break
+    assert said.id not in {t.id for t in session.context} and secret in session.summary  # evicted into the summary
+    await mem.add(scope, VaultItem(caption="Alice's locker code", secret=secret, source_ids=[said.id]))
+    _, compiled = await session.step("what else?")
+    assert secret not in compiled.system_prompt and secret not in session.summary
+    await mem.storage.flush_queued()
+    assert not [k for k, v in (await mem.state()).items() if secret in v]
+    reopened = await MemorySession.open(mem, scope, budget=700)
+    assert secret not in reopened.summary and "[vault item" in reopened.summary
+    files = [p for p in db_path.rglob("*") if p.is_file()]
+    assert files and not [p for p in files if secret.encode() in p.read_bytes()]

@@ -17,7 +17,7 @@ from typing import Protocol
 from memos.memtypes import Episode
 from memos.store.fulltext import has_cjk
 
-__all__ = ["ExtractiveSummarizer", "Summarizer", "newest_lines", "turn_line"]
+__all__ = ["ExtractiveSummarizer", "Summarizer", "SummaryCut", "newest_lines", "turn_line"]
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 _EARLIER = "(earlier turns omitted)"
@@ -76,3 +76,19 @@ def newest_lines(lines: Sequence[str], tokens: int, count: Callable[[str], int],
     while start < len(lines) - at_least and count("\n".join(lines[start:])) > tokens:
         start += 1
     return list(lines[start:])
+
+
+@dataclass
+class SummaryCut:
+    """The newest lines of a running summary that fit in a number of tokens (summaries grow at
+    the end), worked out again only when the summary or the room for it changed: cutting counts
+    the summary once per line dropped, and the summary changes only when turns are evicted."""
+
+    count_tokens: Callable[[str], int]
+    _last: tuple[str, int, str] = ("", 0, "")
+
+    def newest(self, summary: str, tokens: int) -> str:
+        if self._last[:2] != (summary, tokens):
+            cut = "\n".join(newest_lines(summary.splitlines(), tokens, self.count_tokens)) if tokens > 0 and summary else ""
+            self._last = (summary, tokens, cut)
+        return self._last[2]

@@ -40,7 +40,7 @@ from memos.tokens import Tokenizer
 from memos.validation import describe_errors
 
 from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreHost, CoreMemory
-from .paging import ExtractiveSummarizer, Summarizer, newest_lines
+from .paging import ExtractiveSummarizer, Summarizer, SummaryCut
 from .window import BudgetPolicy, FixedPrompt, StepInputs, no_room, plan_step, render_system_prompt
 
 if TYPE_CHECKING:
@@ -160,8 +160,7 @@ class MemorySession(Generic[M]):
         ids drawn for its next turns (`_save_state`)."""
         self._saved_head: tuple[str, int] | None = None
         """The running summary and eviction count that state holds."""
-        self._summary_cut: tuple[str, int, str] = ("", 0, "")
-        """The running summary, a token count and its newest part that fits it (see `_newest_summary`)."""
+        self._summary_cut = SummaryCut(memory.tokenizer.count)
         self._rereading = False
         """A re-read of the turns in context waits for the turns' table's next optimize (`_reread_context`)."""
         self._preview = False
@@ -328,7 +327,7 @@ class MemorySession(Generic[M]):
         count = self.memory.tokenizer.count
         paged = [hits[i] for i in plan.memories]
         notice = notice_of(plan.notice_percent)
-        summary = self._newest_summary(plan.summary_tokens)
+        summary = self._summary_cut.newest(self.summary, plan.summary_tokens)
         turn_tokens = sum(self._turn_tokens(t) for t in self.context)
         # render once (the planned sizes are upper bounds; the safety net below drops the
         # lowest-ranked memories should BPE count the joined text higher than its parts)
@@ -389,14 +388,6 @@ class MemorySession(Generic[M]):
 
     # --- internals -----------------------------------------------------------------------
 
-    def _newest_summary(self, tokens: int) -> str:
-        """The newest part of the running summary that fits in `tokens`, worked out again only
-        when the summary or the room for it changed (cutting counts the summary once per line
-        dropped; the summary changes only when turns are evicted)."""
-        if self._summary_cut[:2] != (self.summary, tokens):
-            self._summary_cut = (self.summary, tokens, _newest_part(self.summary, tokens, self.memory.tokenizer.count))
-        return self._summary_cut[2]
-
     async def _check_fits(self, episode: Episode) -> None:
         """Refuse, before it is stored, a turn the compile could not fit even alone with the
         instructions and core blocks (the `BudgetError` that compile would raise)."""
@@ -423,6 +414,14 @@ class MemorySession(Generic[M]):
         await self.memory.check_versions()
         if self.memory.reads.get(self._context_key) is FORGET:
             await self._refresh_context()
+        await self._adopt_summary()
+
+    async def _adopt_summary(self) -> None:
+        """Take up the running summary as stored if another writer rewrote it (`_rewritten`; the
+        state's cached read costs nothing at a step: `_last_reflection` reads it too)."""
+        raw = (await self.memory.state(cached=True)).get(self._state_key)
+        if not self._preview and (summary := _rewritten(raw, self._saved_head, self.evicted_total)) is not None:
+            self.summary, self._saved_head = summary, (summary, self.evicted_total)
 
     async def _last_reflection(self) -> datetime | None:
         meta = await self.memory.state(cached=True)
@@ -523,6 +522,7 @@ class MemorySession(Generic[M]):
         state = json.loads(raw)
         self.summary = state.get("summary", "")
         self.evicted_total = int(state.get("evicted", 0))
+        self._saved_head = (self.summary, self.evicted_total)
         # the ids drawn for the next turns name those stored since (in order); the rest are skipped.
         # Not drawn from again: another process may be resuming the same session from this state
         named = [*state.get("context", []), *state.get("next", [])]
@@ -536,19 +536,23 @@ class MemorySession(Generic[M]):
     conversation_search_sync = sync_twin(conversation_search)
     preview_sync = sync_twin(preview)
 
+def _rewritten(raw: str | None, saved: tuple[str, int] | None, evicted: int) -> str | None:
+    """The running summary in the stored session state `raw` if another writer rewrote it (the
+    vault takes a secret out of it): it names as many evicted turns as the session has evicted,
+    but is another summary than the one the session saved (`saved`)."""
+    if not raw or saved is None:
+        return None
+    state = json.loads(raw)
+    summary = state.get("summary")
+    return summary if isinstance(summary, str) and summary != saved[0] and state.get("evicted") == evicted else None
+
+
 def _message(role: Role, **fields: Any) -> Message:
     """A turn's message; one pydantic refuses (a text over `MAX_MESSAGE_CHARS`) is an `InvalidRecordError`."""
     try:
         return Message(**fields)
     except ValidationError as exc:
         raise InvalidRecordError(f"the {role} message is invalid: {describe_errors(exc)}") from None
-
-
-def _newest_part(summary: str, tokens: int, count: Callable[[str], int]) -> str:
-    """The newest lines of `summary` that fit in `tokens` (summaries grow at the end)."""
-    if tokens <= 0 or not summary:
-        return ""
-    return "\n".join(newest_lines(summary.splitlines(), tokens, count))
 
 
 _FRAMES: dict[int, tuple[Any, dict[str, int]]] = {}
