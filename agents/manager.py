@@ -23,6 +23,7 @@ from memos.exceptions import MemosError
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 from memos.telemetry import instrumentation
+from memos.validation import check_validity, describe_errors
 
 from .graph import apply_graph, check_graph, graph_notes
 from .tools import INSERTABLE_FIELDS
@@ -183,7 +184,15 @@ class MemoryManager:
     # --- checking and applying -------------------------------------------------------------
 
     async def _check(self, plan: ManagerPlan) -> ManagerPlan:
+        """The whole plan is checked before any of it is applied, so it is applied whole or sent back."""
         problems = []
+        touched: dict[str, int] = {}
+        for index, action in enumerate(plan.actions):
+            for record_id in _ids(action):
+                if record_id in touched:
+                    problems.append(f"action {index} ({action.kind}): record {record_id} is changed by action {touched[record_id]} "
+                                    "already; act on a record at most once in a plan (changed more than once)")
+                touched.setdefault(record_id, index)
         for index, action in enumerate(plan.actions):
             try:
                 await self._validate(action)
@@ -206,7 +215,15 @@ class MemoryManager:
             if unknown:
                 raise ModelRetry(f"cannot change {sorted(unknown)}; {action.store} fields are {record_type.content_fields()}")
         for record_id in _ids(action):
-            await self.memory.get(self.read_scope, action.store, record_id)
+            old = await self.memory.get(self.read_scope, action.store, record_id)
+            if old.status != "active":
+                raise ModelRetry(f"record {record_id} is {old.status}" + (f" (merged into / superseded by {old.superseded_by}); act on that one"
+                                                                         if old.superseded_by else "; leave it"))
+            if isinstance(action, Update):  # the record as the update would leave it, checked as its type checks a new one
+                try:
+                    check_validity(record_type.model_validate({**old.model_dump(), **action.changes}))
+                except ValidationError as exc:
+                    raise ModelRetry(f"invalid changes to {record_id}: {describe_errors(exc)}") from None
 
     def _type(self, store: str) -> type[MemoryRecord]:
         names = [t.memory_type for t in self._stores()]
@@ -221,9 +238,9 @@ class MemoryManager:
         if unknown:
             raise ModelRetry(f"unknown fields {sorted(unknown)}; {record_type.memory_type} fields are {sorted(allowed)}")
         try:
-            return record_type.model_validate({**fields, "source_ids": provenance})
+            return check_validity(record_type.model_validate({**fields, "source_ids": provenance}))
         except ValidationError as exc:
-            raise ModelRetry(f"invalid {record_type.memory_type} fields: {exc.errors()[0]['msg']}") from None
+            raise ModelRetry(f"invalid {record_type.memory_type} fields: {describe_errors(exc)}") from None
 
     async def _apply(self, action: Action, provenance: list[str], report: ManagerReport) -> None:
         if isinstance(action, Nothing):

@@ -14,7 +14,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, overload
 
 from pydantic import ValidationError
@@ -48,6 +48,7 @@ __all__ = [
     "check_tags",
     "check_text",
     "check_time",
+    "check_validity",
     "describe_errors",
     "folded",
 ]
@@ -164,7 +165,21 @@ def check_record(record: object) -> MemoryRecord:
         elif isinstance(value, str) and not _plain(value):
             check_text(value, f"{record.memory_type}.{name}")
     validate_record_id(record.id)
+    return check_validity(record)
+
+
+def check_validity(record: R) -> R:
+    """An active record's validity must not end before it starts (`valid_to` before `valid_from`:
+    a fact never true). A superseded one may: a fact valid from next month, superseded today."""
+    start, end = record.valid_from, record.valid_to
+    if record.status == "active" and start is not None and end is not None and _utc(end) < _utc(start):
+        raise InvalidRecordError(f"{record.memory_type} record {record.id}: valid_to {end.isoformat()} is before valid_from "
+                                 f"{start.isoformat()}; a validity ends after it starts")
     return record
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def _plain(text: str) -> bool:

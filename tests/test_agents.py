@@ -274,3 +274,45 @@ async def test_a_secret_vaulted_a_turn_after_it_was_said_is_scrubbed_from_that_t
     assert not [h.record.render() for h in hits if secret in h.record.render() or "text_rank" in h.parts]
     assert not [e for e in await mem.history(Scope("alice")) if secret in str(e)]
     assert secret not in _sees(manager)
+
+
+async def test_a_plan_is_checked_whole_before_any_of_it_is_applied(mem, snapshot):
+    """Only an update's field names were checked: a bad value, a second action on one record, or
+    an action on a record superseded already passed, the plan's first actions were applied and
+    the bad one failed; the batch's retry then wrote those first actions again."""
+    [fact, other] = await mem.add(Scope("alice", "bot"), [Fact(subject="Alice", summary="Alice likes tea"),
+                                                           Fact(subject="Alice", summary="Alice has a cat")])
+    [gone] = await mem.add(Scope("alice", "bot"), Fact(subject="Alice", summary="Alice lives in Porto"))
+    await mem.supersede(Scope("alice", "bot"), "semantic", gone.id, Fact(subject="Alice", summary="Alice lives in Lisbon"))
+    session = await mem.session(SCOPE)
+    turn = await session.record_turn("user", "I drink green tea now and I got a dog")
+    insert = {"kind": "insert", "store": "semantic", "fields": {"subject": "Alice", "summary": "Alice has a dog"}}
+    bad_plans = {
+        "importance": plan(insert, {"kind": "update", "store": "semantic", "record_id": fact.id, "changes": {"importance": 7}}),
+        "subject": plan(insert, {"kind": "update", "store": "semantic", "record_id": fact.id, "changes": {"subject": ""}}),
+        "valid_to": plan(insert, {"kind": "update", "store": "semantic", "record_id": fact.id,
+                                  "changes": {"valid_from": "2026-03-01T00:00:00Z", "valid_to": "2026-01-01T00:00:00Z"}}),
+        "more than once": plan(insert, {"kind": "update", "store": "semantic", "record_id": fact.id, "changes": {"summary": "x"}},
+                               {"kind": "supersede", "store": "semantic", "record_id": fact.id,
+                                "fields": {"subject": "Alice", "summary": "Alice likes green tea"}}),
+        "changed by action 1": plan(insert, {"kind": "merge", "store": "semantic", "record_ids": [fact.id, other.id],
+                                     "fields": {"subject": "Alice", "summary": "Alice likes tea and cats"}},
+                            {"kind": "update", "store": "semantic", "record_id": other.id, "changes": {"summary": "y"}}),
+        "superseded": plan(insert, {"kind": "update", "store": "semantic", "record_id": gone.id, "changes": {"summary": "Porto"}}),
+    }
+    before = await snapshot(mem)
+    for reason, bad in bad_plans.items():
+        with pytest.raises(UnexpectedModelBehavior):  # the model never fixes it: nothing of the plan is stored
+            await MemoryManager(mem, SCOPE, Script(bad, bad, bad, bad).model).run([turn])
+        assert await snapshot(mem) == before, reason
+        script = Script(bad, plan(insert, {"kind": "update", "store": "semantic", "record_id": fact.id,
+                                           "changes": {"summary": "Alice likes green tea"}}))
+        report = await MemoryManager(mem, SCOPE, script.model).run([turn])
+        feedback = str([getattr(p, "content", "") for p in script.requests[1][-1].parts])
+        assert report.requests == 2 and reason in feedback, (reason, feedback)
+        dogs = [f for f in await mem.list(Scope("alice"), "semantic") if f.summary == "Alice has a dog"]
+        assert len(dogs) == 1 and (await mem.get(Scope("alice"), "semantic", fact.id)).summary == "Alice likes green tea"
+        for dog in dogs:  # back as it was for the next plan
+            await mem.delete(Scope("alice", "bot"), "semantic", dog.id)
+        await mem.update(Scope("alice", "bot"), "semantic", fact.id, {"summary": "Alice likes tea"})
+        before = await snapshot(mem)

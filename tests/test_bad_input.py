@@ -353,3 +353,14 @@ async def test_an_embedder_returning_nan_is_refused_and_the_store_keeps_working(
     assert [h.record.text for h in await mem.search("tea", ALICE, k=5)] == ["alice: alice likes tea too"]
     with pytest.raises(InvalidRecordError, match="NaN or infinite value"):  # the storage boundary refuses one too
         mem.storage.type_table("semantic").to_row(Fact(subject="Alice", summary="x", text="x"), [math.inf] * 8)
+
+
+async def test_an_active_fact_whose_validity_ends_before_it_starts_is_refused(mem, alice):
+    with pytest.raises(InvalidRecordError, match="valid_to .* is before valid_from"):
+        await mem.add(alice, Fact(subject="Alice", summary="Alice lives in Lisbon", valid_from=datetime(2026, 3, 1, tzinfo=UTC),
+                                  valid_to=datetime(2026, 1, 1, tzinfo=UTC)))
+    assert await mem.list(alice, "semantic") == []
+    [fact] = await mem.add(alice, Fact(subject="Alice", summary="Alice will live in Rome", valid_from=datetime(2030, 1, 1, tzinfo=UTC)))
+    [rome] = [await mem.supersede(alice, "semantic", fact.id, Fact(subject="Alice", summary="Alice will live in Milan"))]
+    closed = await mem.get(alice, "semantic", fact.id)  # superseded before it began: closed before it starts, and kept
+    assert closed.status == "superseded" and closed.valid_to < closed.valid_from and rome.status == "active"
