@@ -54,6 +54,34 @@ def test_cjk_runs_become_bigrams_and_english_is_left_alone():
     assert query_words("什么") == "什 么 什么"  # ...unless nothing else is left
 
 
+async def test_full_width_letters_and_digits_are_found_in_either_width(db_path: Path):
+    """Ｇｏｏｇｌｅ (typed with a Chinese input method's full-width letters) did not meet Google, nor
+    ２０２５ 2025: the index and the query now also hold each such word as NFKC spells it."""
+    assert index_form("plain english") == "plain english" and query_words("Google") == "Google"
+    mem = await MemoryOS.open(db_path, embedder=None)
+    await mem.ingest(SCOPE, [Message(id="w2", actor="Ann", text="The weather was nice", timestamp=T0),
+                             Message(id="w0", actor="王芳", text="我在Ｇｏｏｇｌｅ上班，２０２５年入职", timestamp=T0 + timedelta(minutes=1)),
+                             Message(id="w1", actor="Ann", text="Ann interviewed at Google in 2025", timestamp=T0 + timedelta(minutes=2))])
+    for query, expected in [("Google", {"w0", "w1"}), ("Ｇｏｏｇｌｅ", {"w0", "w1"}), ("２０２５", {"w0", "w1"}), ("2025年", {"w0"})]:
+        found = {s for h in await mem.search(query, SCOPE, k=3) for s in h.source_ids}
+        assert expected <= found and "w2" not in found, (query, found)
+    [hit] = [h for h in await mem.search("Google", SCOPE, k=3) if "w0" in h.source_ids]
+    assert hit.record.summary == "我在Ｇｏｏｇｌｅ上班，２０２５年入职" and MARK not in hit.record.text  # shown as typed
+
+
+async def test_a_separator_typed_into_a_text_does_not_cut_what_is_indexed(db_path: Path):
+    """The index appends its CJK tokens after a separator character (`MARK`); one typed in a text
+    cut the stored text there: the words after it were neither shown in `text` nor found."""
+    from memos.memtypes import Fact
+
+    mem = await MemoryOS.open(db_path, embedder=None)
+    [fact] = await mem.add(SCOPE, Fact(subject="Ann", summary=f"first part{MARK}second zebra part"))
+    assert (await mem.get(SCOPE, "semantic", fact.id)).text == "Ann: first part second zebra part"
+    assert [h.id for h in await mem.search("zebra", SCOPE)] == [fact.id]
+    await mem.ingest(SCOPE, [Message(id="m0", actor="王芳", text=f"我们去了{MARK}动物园看长颈鹿", timestamp=T0)])
+    assert ["m0"] == [s for h in await mem.search("长颈鹿", SCOPE, k=1) for s in h.source_ids]
+
+
 async def test_full_text_finds_chinese_words_inside_clauses(db_path: Path):
     mem = await MemoryOS.open(db_path, embedder=None)
     await _ingested(mem)

@@ -19,8 +19,9 @@ of or beside the bigrams gave top-3 0.58-0.63 full-text only against the bigrams
 from __future__ import annotations
 
 import re
+import unicodedata
 
-__all__ = ["FORM", "MARK", "cjk_share", "has_cjk", "index_form", "plain_text", "query_words"]
+__all__ = ["FORM", "MARK", "cjk_share", "has_cjk", "index_form", "plain_text", "query_words", "without_mark"]
 
 FORM = "cjk-bigrams-1"
 """The version of `index_form` a store's text column was written with (kept in its meta); a
@@ -77,6 +78,11 @@ def _pieces(word: str, *, unigrams: bool) -> list[str]:
     return out
 
 
+def without_mark(text: str) -> str:
+    """`text` with any `MARK` a user typed made a space: the stored text is cut at the first one."""
+    return text.replace(MARK, " ") if MARK in text else text
+
+
 def plain_text(stored: str) -> str:
     """A stored `text` without the tokens `index_form` appended."""
     head, mark, _ = stored.partition(MARK)
@@ -90,21 +96,36 @@ def index_form(text: str, own: str | None = None) -> str:
     CJK runs give bigrams only, so borrowed words weigh less than a record's own (top-3 on the
     Chinese set: 34 -> 38 of 57). Idempotent; an English text is returned as is."""
     text = plain_text(text)
-    if not has_cjk(text):
+    if text.isascii() or (not has_cjk(text) and unicodedata.is_normalized("NFKC", text)):
         return text
     own = text if own is None or not text.startswith(own) else own
-    tokens = [t for word in _WORD.findall(own) if has_cjk(word) for t in _pieces(word, unigrams=True)]
-    tokens += [t for word in _WORD.findall(text[len(own):]) if has_cjk(word) for t in _pieces(word, unigrams=False)]
-    return f"{text} {MARK} {' '.join(tokens)}"
+    tokens = _tokens(own, unigrams=True) + _tokens(text[len(own):], unigrams=False)
+    return f"{text} {MARK} {' '.join(tokens)}" if tokens else text
+
+
+def _tokens(text: str, *, unigrams: bool) -> list[str]:
+    """The index tokens `index_form` appends for `text`: its CJK words' pieces, and the words that
+    NFKC spells otherwise (full-width `Ｇｏｏｇｌｅ` is also `Google`, `２０２５年` also `2025年`),
+    so a query in either width finds it (`query_words` normalises the same way)."""
+    folded = unicodedata.normalize("NFKC", text)
+    if folded == text:
+        return [t for word in _WORD.findall(text) if has_cjk(word) for t in _pieces(word, unigrams=unigrams)]
+    own = set(_WORD.findall(text))
+    return [t for word in _WORD.findall(folded) if has_cjk(word) or word not in own
+            for t in (_pieces(word, unigrams=unigrams) if has_cjk(word) else [word])]
 
 
 def query_words(text: str) -> str:
     """A query as plain words for the full-text index (no operators, quotes or field syntax);
     its CJK runs as characters and bigrams, matching what `index_form` indexed (a character
     finds `猫` in `蓝猫，叫豆豆` where the bigram `猫叫` of the query does not; BM25 weighs a
-    common character low)."""
+    common character low). A word NFKC spells otherwise (full-width `Ｇｏｏｇｌｅ`) is asked
+    both ways: records indexed before both were indexed hold it as typed."""
+    typed = _WORD.findall(text)
+    folded = unicodedata.normalize("NFKC", text)
+    seen = set(typed)
     words: list[str] = []
-    for word in _WORD.findall(text):
+    for word in typed + ([w for w in _WORD.findall(folded) if w not in seen] if folded != text else []):
         if not has_cjk(word):
             words.append(word)
             continue

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from memos.exceptions import RecordChangedError
 from memos.memtypes import MemoryRecord
-from memos.store.fulltext import index_form, plain_text
+from memos.store.fulltext import index_form, plain_text, without_mark
 from memos.store.history import HISTORY_SCHEMA, HistoryEntry, history_entry, micros
 from memos.store.read_cache import ReadCache
 from memos.store.schema import VECTOR_COLUMN, arrow_rows, arrow_schema, arrow_table, record_from_row, row_from_record
@@ -88,7 +88,8 @@ class TypeTable:
 
     def to_row(self, record: MemoryRecord, vector: list[float] | None) -> dict[str, Any]:
         row = row_from_record(record, vector, self.json_cols)
-        row["text"] = index_form(row["text"] or "", record.index_text())  # Chinese words findable (memos.store.fulltext)
+        # Chinese words findable (memos.store.fulltext); a separator typed into the text would cut it there
+        row["text"] = index_form(without_mark(row["text"] or ""), without_mark(record.index_text()))
         return row
 
 
