@@ -155,3 +155,47 @@ def test_days_are_the_days_of_the_asking_time_zone():
 def test_mixed_query_reads_the_chinese_date():
     assert span("what did Li Ming do 2023年5月?") == (date(2023, 5, 1), date(2023, 6, 1))
     assert span("我们 last month 聊了什么") == (date(2025, 12, 1), date(2026, 1, 1))  # English still read
+
+
+JUNE = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
+FEBRUARY = datetime(2026, 2, 10, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("query", "now", "expected"), [
+    ("去年3月8日", JUNE, (date(2025, 3, 7), date(2025, 3, 10))),  # was this year's 8 March
+    ("前年5月8日", JUNE, (date(2024, 5, 7), date(2024, 5, 10))),
+    ("去年的3月8日", JUNE, (date(2025, 3, 7), date(2025, 3, 10))),
+    ("去年的三月", JUNE, (date(2025, 3, 1), date(2025, 4, 1))),
+    ("2023年的夏天", JUNE, (date(2023, 6, 1), date(2023, 9, 1))),
+    ("去年初", JUNE, (date(2025, 1, 1), date(2025, 3, 1))),  # was this year's start
+    ("2023年底", JUNE, (date(2023, 11, 1), date(2024, 1, 1))),
+    ("去年底", JUNE, (date(2025, 11, 1), date(2026, 1, 1))),
+    ("大前年", JUNE, (date(2023, 1, 1), date(2024, 1, 1))),  # was read as 前年
+    ("大前年的今天", JUNE, (date(2023, 5, 31), date(2023, 6, 3))),
+    ("今年冬天", FEBRUARY, (date(2025, 12, 1), date(2026, 3, 1))),  # the winter under way, as "this winter" is
+    ("２０２３年５月８日", JUNE, (date(2023, 5, 7), date(2023, 5, 10))),  # full-width digits
+    ("３天前", JUNE, (date(2026, 5, 29), date(2026, 5, 30))),
+    ("上週三", JUNE, (date(2026, 5, 26), date(2026, 5, 29))),  # traditional characters
+    ("兩個月前", JUNE, (date(2026, 4, 1), date(2026, 5, 1))),
+    ("上個月", JUNE, (date(2026, 5, 1), date(2026, 6, 1))),
+])
+def test_years_named_before_a_date_and_other_spellings(query, now, expected):
+    assert span(query, now) == expected
+
+
+@pytest.mark.parametrize("query", ["下周末去爬山", "每周末打球", "下个周末"])  # the future, a habit: not the last weekend
+def test_a_weekend_that_is_not_the_last_one_names_no_window(query):
+    assert span(query, JUNE) is None
+
+
+@pytest.mark.parametrize(("query", "english"), [
+    ("我2023-05-08去了北京", "2023-05-08"), ("我last week去了北京", "last week"), ("在May 3rd那天", "May 3rd"),
+    ("Ann说three days ago她病了", "three days ago"),
+])
+def test_english_next_to_chinese_is_read(query, english):
+    """Python's \\w counts a Chinese character as a word character, so the English patterns'
+    boundaries read "我last week" as one word and found no date in it."""
+    from memos.retrieval.temporal import mentions_time
+
+    assert span(query, JUNE) == span(english, JUNE) is not None and mentions_time(query)
+    assert span("abc2023-05-08", JUNE) is None and not mentions_time("lastweek")  # glued to Latin letters: still none

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 from memos.time_bounds import shift
 
-from .temporal_zh import parse_zh, zh_sources
+from .temporal_zh import one_spelling, parse_zh, zh_sources
 from .time_windows import (
     ANCHOR_REACH,
     DAY_SLACK,
@@ -55,9 +55,11 @@ _WEEKDAYS = {name.lower(): i for i, name in enumerate(calendar.day_name)}
 _WEEKDAY = r"(?P<wd>" + "|".join(_WEEKDAYS) + r")"
 
 _HAN = re.compile("[\u4e00-\u9fff]")
+_NOT_AFTER, _NOT_BEFORE = r"(?<![A-Za-z0-9_-])", r"(?![A-Za-z0-9_-])"
 
 def _pattern(text: str) -> re.Pattern[str]:
-    return re.compile(r"(?<![\w-])" + text + r"(?![\w-])", re.IGNORECASE)
+    # ASCII boundaries: a CJK character is a word character to `\w`, and "我last week去了" reads "last week"
+    return re.compile(_NOT_AFTER + text + _NOT_BEFORE, re.IGNORECASE)
 
 
 # (name, pattern), most specific first: the first pattern that names a valid window wins (the
@@ -68,7 +70,7 @@ _ISO = r"(?P<year>(?:19|20)\d\d)-(?P<month>[01]\d)-(?P<day>[0-3]\d)"
 _FULL_DATES = [re.compile(p, re.IGNORECASE) for p in (_ISO, _DAY_MONTH_YEAR, _MONTH_DAY_YEAR)]
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("anchored", re.compile(rf"(?<![\w-])(?:(?:the\s+)?(?P<span>{_COUNT}\s+{_UNIT}|week(?:end)?|day)\s+)?(?P<dir>before|after)\s+(?:the\s+)?",
+    ("anchored", re.compile(rf"{_NOT_AFTER}(?:(?:the\s+)?(?P<span>{_COUNT}\s+{_UNIT}|week(?:end)?|day)\s+)?(?P<dir>before|after)\s+(?:the\s+)?",
                             re.IGNORECASE)),
     ("iso", _pattern(_ISO)),
     ("day_month_year", _pattern(_DAY_MONTH_YEAR)),
@@ -103,11 +105,11 @@ def mentions_time(text: str) -> bool:
     if not _TIME_WORD.search(text):
         return False
     if _ANY_TIME is None:
-        english = [_GROUP.sub("(?:", p.pattern).replace(r"(?<![\w-])", r"\b").replace(r"(?![\w-])", r"\b")
+        english = [_GROUP.sub("(?:", p.pattern).replace(_NOT_AFTER, r"\b").replace(_NOT_BEFORE, r"\b")
                    for name, p in _PATTERNS if name != "anchored"]
         chinese = [_GROUP.sub("(?:", source) for source in zh_sources()]
-        _ANY_TIME = re.compile("|".join(f"(?:{source})" for source in english + chinese))
-    return _ANY_TIME.search(text[:2000].lower()) is not None
+        _ANY_TIME = re.compile("|".join(f"(?:{source})" for source in english + chinese), re.ASCII)  # \b between ASCII words
+    return _ANY_TIME.search(one_spelling(text[:2000]).lower()) is not None
 
 
 _ANY_TIME: re.Pattern[str] | None = None
@@ -116,7 +118,7 @@ _TIME_WORD = re.compile(
     r"\d|\b(?:yesterday|today|tonight|ago|weeks?|weekends?|months?|years?|spring|summer|autumn|fall|winter"
     r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|days?|night|morning|afternoon|evening"
     r"|jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april|june|july|august|september"
-    r"|october|november|december)\b|[年月日号號天周期拜春节庆旦]|五一", re.IGNORECASE)
+    r"|october|november|december)\b|[年月日号號天周週期拜春节庆旦]|五一", re.IGNORECASE | re.ASCII)
 """A word every time expression `mentions_time` finds holds (a digit, a month, a unit, ...)."""
 
 
@@ -132,7 +134,7 @@ def parse_time_window(query: str, now: datetime) -> TimeWindow | None:
 
 
 def _parse_local(query: str, now: datetime) -> TimeWindow | None:
-    text = query[:2000]
+    text = one_spelling(query[:2000])
     if _HAN.search(text):
         found = parse_zh(text, now)
         if found is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import calendar
 import re
+import unicodedata
 from datetime import UTC, datetime, timedelta
 
 from memos.time_bounds import shift
@@ -34,7 +35,7 @@ from .time_windows import (
     year_window,
 )
 
-__all__ = ["LUNAR_NEW_YEAR", "parse_zh", "zh_sources"]
+__all__ = ["LUNAR_NEW_YEAR", "one_spelling", "parse_zh", "zh_sources"]
 
 LUNAR_NEW_YEAR = {
     2015: (2, 19), 2016: (2, 8), 2017: (1, 28), 2018: (2, 16), 2019: (2, 5), 2020: (1, 25), 2021: (2, 12),
@@ -48,7 +49,7 @@ _N = r"[0-9〇零一二两三四五六七八九十]"
 _YEAR = r"(?P<year>(?:19|20)\d\d|[一二][〇零一二三四五六七八九]{3})年"
 _MONTH = rf"(?P<month>{_N}{{1,3}})月"
 _DAY = rf"(?P<day>{_N}{{1,3}})[日号號]"
-_REL_YEAR = r"(?P<rel>今年|去年|前年|明年)"
+_REL_YEAR = r"(?P<rel>今年|去年|大前年|前年|明年)"
 _SEASONS = {"春": (3, 3), "夏": (6, 3), "秋": (9, 3), "冬": (12, 3)}
 _SEASON = r"(?P<season>[春夏秋冬])(?:天|季)"
 _UNITS = {"天": "day", "日": "day", "周": "week", "星期": "week", "礼拜": "week", "月": "month", "年": "year"}
@@ -60,29 +61,41 @@ _YEAR_PARTS = {"年初": (1, 2), "年底": (11, 2), "年末": (11, 2), "上半�
 """The months 去年年初, 年底, 上半年 ... cover: (first month, how many)."""
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(p)) for name, p in [
-    ("full_date_anchor", rf"{_YEAR}{_MONTH}{_DAY}{_BEFORE}"),
-    ("full_date", rf"{_YEAR}{_MONTH}{_DAY}"),
+    ("full_date_anchor", rf"(?:{_YEAR}|{_REL_YEAR})的?{_MONTH}{_DAY}{_BEFORE}"),
+    ("full_date", rf"(?:{_YEAR}|{_REL_YEAR})的?{_MONTH}{_DAY}"),
     ("festival_year", rf"(?:{_YEAR}|{_REL_YEAR})的?(?P<fest>春节|过年|国庆节?|五一|元旦)(?P<dir>前|后|之前|之后|以前|以后)?"),
     ("month_day_anchor", rf"{_MONTH}{_DAY}{_BEFORE}"),
     ("month_day", rf"{_MONTH}{_DAY}"),
-    ("year_month", rf"(?:{_YEAR}|{_REL_YEAR}){_MONTH}(?!{_N}*[日号號])"),
-    ("season_year", rf"(?:{_YEAR}|{_REL_YEAR}){_SEASON}"),
+    ("year_month", rf"(?:{_YEAR}|{_REL_YEAR})的?{_MONTH}(?!{_N}*[日号號])"),
+    ("season_year", rf"(?:{_YEAR}|{_REL_YEAR})的?{_SEASON}"),
+    ("year_part_short", rf"(?:{_YEAR}|{_REL_YEAR})(?P<part>初|底|末)"),  # 去年初, 2023年底
     ("year_part", rf"(?:{_YEAR}|{_REL_YEAR})?的?(?P<part>年初|年底|年末|上半年|下半年)"),
     ("ago", rf"(?P<count>{_N}{{1,3}}|几|好几)个?(?P<unit>天|星期|礼拜|周|月|年)(?:以?前|之前)"),
     ("half_year_ago", r"半年(?:以?前|之前)"),
     ("span_back", rf"(?:过去|最近|近)的?(?P<count>{_N}{{1,3}}|几)个?(?P<unit>天|星期|礼拜|周|月|年)"),
     ("few_days", r"(?P<few>前|这|最近)几天"),
-    ("day_last_year", r"(?P<rel>去年|前年)的?今天"),
+    ("day_last_year", r"(?P<rel>去年|大前年|前年)的?今天"),
     ("weekday", r"(?P<which>上上|上|这|本)(?:个)?(?:周|星期|礼拜)(?P<wd>[一二三四五六日天])"),
-    ("weekend", r"(?P<which>上上|上|这|本)?(?:个)?(?:周末|礼拜六日)"),
+    ("weekend", r"(?<![下每个])(?P<which>上上|上|这|本)?(?:个)?(?:周末|礼拜六日)"),  # not 下周末, 每周末
     ("relative", r"(?P<which>上上|上|这|本)(?:个)?(?P<unit>周|星期|礼拜|月)(?!末)"),
-    ("rel_year", r"(?P<rel>今年|去年|前年)(?!\d|[〇零一二两三四五六七八九十春夏秋冬])"),
+    ("rel_year", r"(?P<rel>今年|去年|大前年|前年)(?!\d|[〇零一二两三四五六七八九十春夏秋冬])"),
     ("named_day", r"(?P<day>大前天|前天|昨天|昨晚|昨日|今天|今晚|今日)"),
     ("festival", r"(?P<fest>春节|过年|国庆节?|五一|元旦)(?P<dir>前|后|之前|之后|以前|以后)?"),
     ("bare_weekday", r"(?<![上这本下每个第几0-9〇零一二两三四五六七八九十])(?:周|星期|礼拜)(?P<wd>[一二三四五六日天])(?![0-9〇零一二两三四五六七八九十])"),
     ("month", rf"(?<![0-9〇零一二两三四五六七八九十年个几])({_MONTH})(?![0-9〇零一二两三四五六七八九十]*[日号號])"),
     ("year", rf"{_YEAR}"),
 ]]
+
+
+_TRADITIONAL = str.maketrans("週個兩號禮過後國慶節幾這點鐘閏",
+                             "周个两号礼过后国庆节几这点钟闰")
+"""The traditional characters of the words these patterns read, as the simplified ones."""
+
+
+def one_spelling(text: str) -> str:
+    """`text` as the patterns read it: full-width digits and letters as ASCII (NFKC: ２０２３年,
+    ３天前) and the traditional characters of time words as simplified (上週三, 兩個月前)."""
+    return text if text.isascii() else unicodedata.normalize("NFKC", text).translate(_TRADITIONAL)
 
 
 def zh_sources() -> list[str]:
@@ -129,7 +142,7 @@ def _year(g: dict[str, str | None], now: datetime) -> int | None:
     if year := g.get("year"):
         return _number(year[:-1] if year.endswith("年") else year)
     rel = g.get("rel")
-    return None if rel is None else now.year + {"今年": 0, "去年": -1, "前年": -2, "明年": 1}[rel]
+    return None if rel is None else now.year + {"今年": 0, "去年": -1, "前年": -2, "大前年": -3, "明年": 1}[rel]
 
 
 def _given_year(g: dict[str, str | None], now: datetime) -> int:
@@ -186,7 +199,10 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
         return month_window(_given_year(g, now), _number(_group(g, "month")), 1)
     if name == "season_year":
         first, months = _SEASONS[_group(g, "season")]
-        return month_window(_given_year(g, now), first, months)
+        year = _given_year(g, now)
+        if g.get("rel") == "今年" and first == 12 and now.month < 3:  # 今年冬天 in February: the winter under way
+            year -= 1
+        return month_window(year, first, months)
     if name == "ago":
         count = 3 if g["count"] in ("几", "好几") else _number(_group(g, "count"))
         return ago_window(count, _UNITS[_group(g, "unit")], now)
@@ -208,8 +224,9 @@ def _window(name: str, g: dict[str, str | None], now: datetime) -> tuple[datetim
         return span_back(count, _UNITS[_group(g, "unit")], now)
     if name == "few_days":  # 前几天: within the last week; 这几天, 最近几天: the last three days
         return span_back(7 if g["few"] == "前" else 3, "day", now)
-    if name == "year_part":
-        given, (first, months) = _year(g, now), _YEAR_PARTS[_group(g, "part")]
+    if name in ("year_part", "year_part_short"):
+        part = _group(g, "part")
+        given, (first, months) = _year(g, now), _YEAR_PARTS[part if name == "year_part" else "年" + part]
         given = latest_year(first, 1, now) if given is None else given  # 年底 alone: the most recent one that has begun
         return month_window(given, first, months)
     if name == "half_year_ago":
