@@ -199,3 +199,13 @@ def test_english_next_to_chinese_is_read(query, english):
 
     assert span(query, JUNE) == span(english, JUNE) is not None and mentions_time(query)
     assert span("abc2023-05-08", JUNE) is None and not mentions_time("lastweek")  # glued to Latin letters: still none
+
+
+@pytest.mark.parametrize("text", ["國慶節去了杭州", "慶祝國慶", "２０２５－０５－０８", "ｌａｓｔ ｗｅｅｋ", "Ｍａｙ ３ｒｄ", "ｙｅｓｔｅｒｄａｙ"])
+def test_mentions_time_reads_the_spellings_the_parser_reads(text):
+    """`mentions_time` (does a candidate answer "when"?) first looks for a word every time expression
+    holds, and looked in the text as typed: traditional 國慶 and full-width letters and digits, which
+    the parser reads, held none of them."""
+    from memos.retrieval.temporal import mentions_time
+
+    assert span(text, JUNE) is not None and mentions_time(text)

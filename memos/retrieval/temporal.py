@@ -102,14 +102,15 @@ def mentions_time(text: str) -> bool:
     search of them one by one), after one cheap search for a word every
     time expression holds."""
     global _ANY_TIME
-    if not _TIME_WORD.search(text):
+    spelled = one_spelling(text[:2000])  # 國慶節, ｌａｓｔ ｗｅｅｋ: the cheap search reads the usual spelling too
+    if not _TIME_WORD.search(spelled):
         return False
     if _ANY_TIME is None:
         english = [_GROUP.sub("(?:", p.pattern).replace(_NOT_AFTER, r"\b").replace(_NOT_BEFORE, r"\b")
                    for name, p in _PATTERNS if name != "anchored"]
         chinese = [_GROUP.sub("(?:", source) for source in zh_sources()]
         _ANY_TIME = re.compile("|".join(f"(?:{source})" for source in english + chinese), re.ASCII)  # \b between ASCII words
-    return _ANY_TIME.search(one_spelling(text[:2000]).lower()) is not None
+    return _ANY_TIME.search(spelled.lower()) is not None
 
 
 _ANY_TIME: re.Pattern[str] | None = None
@@ -118,7 +119,7 @@ _TIME_WORD = re.compile(
     r"\d|\b(?:yesterday|today|tonight|ago|weeks?|weekends?|months?|years?|spring|summer|autumn|fall|winter"
     r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|days?|night|morning|afternoon|evening"
     r"|jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april|june|july|august|september"
-    r"|october|november|december)\b|[年月日号號天周週期拜春节庆旦]|五一", re.IGNORECASE | re.ASCII)
+    r"|october|november|december)\b|[年月日号天周期拜春节庆旦]|五一", re.IGNORECASE | re.ASCII)
 """A word every time expression `mentions_time` finds holds (a digit, a month, a unit, ...)."""
 
 
