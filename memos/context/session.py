@@ -153,8 +153,7 @@ class MemorySession(Generic[M]):
         self.evicted_total = 0
         self._context_read = False
         """The step's reads were just checked by `record_turn` (the compile that follows need not check again)."""
-        self._fixed = FixedPrompt(memory.tokenizer.count)
-        """The prompt's fixed part, with and without the store counts (`_counted`, `_check_fits`)."""
+        self._fixed = FixedPrompt(memory.tokenizer.count)  # the prompt's fixed part (`_counted`, `_check_fits`)
         self._named: list[str] = []
         """The turn ids the state this session last saved names: the turns in context, then the
         ids drawn for its next turns (`_save_state`)."""
@@ -389,13 +388,15 @@ class MemorySession(Generic[M]):
     # --- internals -----------------------------------------------------------------------
 
     async def _check_fits(self, episode: Episode) -> None:
-        """Refuse, before it is stored, a turn the compile could not fit even alone with the
-        instructions and core blocks (the `BudgetError` that compile would raise)."""
-        blocks, last_reflection = await asyncio.gather(self.core.blocks(cached=True), self._last_reflection())
-        fixed = self._fixed.tokens(self.instructions, blocks, None, last_reflection, self.memory.clock())
-        if fixed + self._turn_tokens(episode) > self.budget.total:
+        """Refuse, before storing it, a turn the compile could not fit with just the instructions and core blocks."""
+        try:  # refused or not checked: it leaves the working context, as a turn whose store failed does
+            blocks, last_reflection = await asyncio.gather(self.core.blocks(cached=True), self._last_reflection())
+            fixed = self._fixed.tokens(self.instructions, blocks, None, last_reflection, self.memory.clock())
+            if fixed + self._turn_tokens(episode) > self.budget.total:
+                raise BudgetError(no_room(fixed, self._turn_tokens(episode), self.budget.total))
+        except BaseException:
             self.context.remove(episode)
-            raise BudgetError(no_room(fixed, self._turn_tokens(episode), self.budget.total))
+            raise
 
     def _turn_tokens(self, turn: Episode) -> int:
         return self.memory.tokenizer.count(turn.summary) + self.budget.message_overhead
@@ -417,8 +418,7 @@ class MemorySession(Generic[M]):
         await self._adopt_summary()
 
     async def _adopt_summary(self) -> None:
-        """Take up the running summary as stored if another writer rewrote it (`_rewritten`; the
-        state's cached read costs nothing at a step: `_last_reflection` reads it too)."""
+        """Take up the running summary as stored if another writer rewrote it (`_rewritten`; cached read)."""
         raw = (await self.memory.state(cached=True)).get(self._state_key)
         if not self._preview and (summary := _rewritten(raw, self._saved_head, self.evicted_total)) is not None:
             self.summary, self._saved_head = summary, (summary, self.evicted_total)
