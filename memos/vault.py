@@ -336,17 +336,24 @@ class Vault:
                     for r in rows])
                 await storage.purge_old_versions(name)
 
-
     async def _scrub_summaries(self, user_id: str, secrets: list[str], marker: str) -> bool:
         """The secret leaves the running summaries of the user's sessions (session state: a turn
         evicted from a working context lives on there, and every later prompt shows it); a live
         session takes the summary up at its next step (`MemorySession._read_step`)."""
         changed = False
         for key, value in (await self.memory.state()).items():
-            if key.startswith("session:") and any(x in value for x in secrets) and json.loads(key[len("session:"):])[0] == user_id:
+            if key.startswith("session:") and any(x in value for x in secrets) and _session_user(key) == user_id:
                 await self.memory.set_state(key, _replace_in_json(value, secrets, marker) or value)
                 changed = True
         return changed
+
+
+def _session_user(key: str) -> str | None:
+    """The user of a session state key, `session:["user", "agent", "session"]` (None if malformed)."""
+    try:
+        return str(json.loads(key[len("session:"):])[0])
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
 
 
 def _replace_all(text: str | None, secrets: list[str], marker: str) -> str | None:
