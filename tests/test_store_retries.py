@@ -43,3 +43,19 @@ async def test_a_read_of_a_purged_version_and_a_commit_conflict_are_tried_again_
     await storage.write(other, add_once_after_a_conflict)
     assert len(tries) == 2 and await other.count_rows() == 2
     assert storage.retries.conflicts == 1 and storage.retries.purged == 1
+
+
+async def test_a_store_whose_directory_was_removed_raises_store_unavailable_not_lances_own_error(db_path):
+    """A read that found its version gone moved to the latest version, and when the table itself
+    was gone that move raised LanceDB's own RuntimeError ('Not found: ..._versions') out of the
+    chat step, past the memos error that names what happened."""
+    import shutil
+
+    from memos import MemoryOS, Scope, StoreUnavailableError
+
+    mem = await MemoryOS.open(db_path, embedder=None)
+    session = await mem.session(Scope("alice", "bot", "s1"))
+    await session.step("first turn")
+    shutil.rmtree(db_path)
+    with pytest.raises(StoreUnavailableError, match="is missing"):
+        await session.step("a turn after the store's directory was removed")
