@@ -163,3 +163,42 @@ async def test_scopes_whose_ids_hold_colons_or_stars_get_their_own_jobs_and_refl
         await mem.set_state(reflection_key(scope), "{}")
     await forget_user(mem, "a:b")
     assert {k for k in await mem.state() if k.startswith("reflection:")} == {reflection_key(s) for s in look_alikes[1:]}
+
+
+async def test_a_job_stored_under_an_older_versions_id_is_found_and_not_doubled(db_path, clock):
+    """Before scopes' ids were escaped, user 'org:42's job was stored as `decay:org:42:*:*`; the
+    scheduler now moves it to its id on start, keeping its schedule, so `add` replaces it and
+    `get` / `remove` find it."""
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    from memos.jobs.scheduler import canonical_uri
+
+    org = Scope("org:42")
+    sched = MemoryScheduler(db_path, clock=clock, mode="manual").start()
+    due = clock() + timedelta(minutes=10)
+    sched._aps.add_job("memos.jobs.runs:run_scheduled_job", trigger=IntervalTrigger(minutes=10, start_date=due, timezone="UTC"),
+                       id="decay:org:42:*:*", args=["decay", canonical_uri(db_path), "org:42", None, None, {"embedder": None}],
+                       next_run_time=due)  # as an older version stored it
+    sched.shutdown()
+    reopened = MemoryScheduler(db_path, clock=clock, mode="manual").start()
+    [job] = reopened.jobs()
+    assert job.id == job_id("decay", org) == "decay:org%3A42:*:*" and job.next_run_time == due and job.scope == org
+    reopened.add("decay", org, every=timedelta(minutes=5), options={"embedder": None})
+    assert [j.every_seconds for j in reopened.jobs()] == [300]
+    reopened.remove("decay", org)
+    assert reopened.jobs() == []
+    reopened.shutdown()
+
+
+async def test_reflection_state_kept_under_an_older_versions_key_is_still_read(db_path, clock):
+    """Reflection's counter and last run, kept by an older version under `reflection:org:42:*:*`,
+    are read until the next reflection writes them under the escaped key (else that user's
+    reflection would start again from nothing)."""
+    import json
+
+    from memos.jobs.reflection_state import reflection_key, reflection_state
+
+    mem = await MemoryOS.open(db_path, embedder=None, clock=clock)
+    await mem.set_state("reflection:org:42:*:*", json.dumps({"last_at": "2026-01-02T00:00:00+00:00", "episodes": 7}))
+    state = await reflection_state(mem, Scope("org:42"))
+    assert state["episodes"] == 7 and state["last_at"].year == 2026 and reflection_key(Scope("org:42")) == "reflection:org%3A42:*:*"

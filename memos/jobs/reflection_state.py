@@ -50,7 +50,10 @@ async def reflection_state(memory: StateReader, scope: Scope, meta: dict[str, st
     """{"last_at": datetime | None, ...} of the scope's last reflection (meta key `reflection:<scope>`).
 
     Pass `meta` (from `MemoryOS.state()`) to look up several scopes with one read."""
-    raw = (meta if meta is not None else await memory.state()).get(reflection_key(scope))
+    meta = meta if meta is not None else await memory.state()
+    raw = meta.get(reflection_key(scope))
+    if raw is None:  # kept by a version before ids were escaped ('org:42' is 'org%3A42' now): read until it is written again
+        raw = meta.get("reflection:" + ":".join([scope.user_id, scope.agent_id or "*", scope.session_id or "*"]))
     state = json.loads(raw) if raw else {}
     state["last_at"] = datetime.fromisoformat(state["last_at"]) if state.get("last_at") else None
     return state

@@ -327,7 +327,23 @@ class MemoryScheduler:
         """Open the job store and (in thread mode) start waking up for due jobs."""
         if self._aps.state == STATE_STOPPED:
             self._aps.start(paused=paused)
+            self._rekey()
         return self
+
+    def _rekey(self) -> None:
+        """Jobs stored under the ids of versions before scopes' ids were escaped (`scope_key`: user
+        'org:42' was `decay:org:42:*:*`) move to their ids now, once, keeping their schedule; else
+        `add` would schedule a second one beside them, and `get` / `remove` would not find them."""
+        for job in self._aps.get_jobs():
+            kind, _, user, agent, session, _ = job.args
+            jid = job_id(kind, Scope(user, agent, session))
+            if job.id == jid:
+                continue
+            if self._aps.get_job(jid) is None:
+                self._aps.add_job(job.func_ref, trigger=job.trigger, id=jid, name=job.name, args=job.args, coalesce=job.coalesce,
+                                  max_instances=job.max_instances, misfire_grace_time=job.misfire_grace_time,
+                                  next_run_time=job.next_run_time)
+            self._aps.remove_job(job.id)
 
     def shutdown(self, *, wait: bool = True) -> None:
         """Stop; jobs stay in the job store for the next start."""
