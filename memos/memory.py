@@ -218,7 +218,9 @@ class MemoryOS(KernelServices):
             record = await self._load(scope, memory_type, record_id)
             revised = self._revalidate(record, {**changes, "updated_at": self.stamp(record)})
             note = await self.vault.check_change(record, revised, changes, actor=actor, clearance=clearance, approved_by=approved_by)
-            if record.secret_fields:
+            # checked when a shown field or the secret changes: an item stored before the check was folded
+            # ('wifi Hunter2' / 'hunter2') can still have its importance or sensitivity changed
+            if record.secret_fields and set(changes) & {*record_type.content_fields(), "tags", *record.secret_fields}:
                 check.check_secret_not_exposed(revised, {f: self.vault.clear_value(revised, f, changes) for f in record.secret_fields})
             updated = self._seal(revised, fresh=set(changes))
             await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record}, note=note)

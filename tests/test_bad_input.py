@@ -364,3 +364,16 @@ async def test_an_active_fact_whose_validity_ends_before_it_starts_is_refused(me
     [rome] = [await mem.supersede(alice, "semantic", fact.id, Fact(subject="Alice", summary="Alice will live in Milan"))]
     closed = await mem.get(alice, "semantic", fact.id)  # superseded before it began: closed before it starts, and kept
     assert closed.status == "superseded" and closed.valid_to < closed.valid_from and rome.status == "active"
+
+
+async def test_an_item_stored_before_the_folded_caption_check_can_still_change_its_importance(mem, alice, monkeypatch):
+    """Items stored while the check was an exact substring test may hold their secret in another
+    case; changing their importance or status is not refused for it, changing the caption is."""
+    from memos import validation
+
+    monkeypatch.setattr(validation, "folded", lambda text: text)  # as versions before the folded check
+    [item] = await mem.add(alice, VaultItem(caption="wifi Hunter2", secret="hunter2"))
+    monkeypatch.undo()
+    assert (await mem.update(alice, "vault", item.id, {"importance": 0.9})).importance == 0.9
+    with pytest.raises(InvalidRecordError, match="caption must not contain its secret"):
+        await mem.update(alice, "vault", item.id, {"caption": "wifi Hunter2 (home)"})
