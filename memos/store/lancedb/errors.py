@@ -108,7 +108,11 @@ async def retrying(table: Any, op: Callable[[], Awaitable[T]], attempts: int, ur
                 raise error from exc
             if gone:
                 log.debug("a version under %s was purged; reading the latest (%s)", uri, exc)
-                await table.checkout_latest()
+                try:
+                    await table.checkout_latest()
+                except (OSError, RuntimeError, ValueError) as latest:  # the table itself is gone (its directory removed)
+                    error = storage_error(latest, uri)
+                    raise (error if error is not latest else storage_error(exc, uri)) from latest
             tally.purged += gone
             tally.conflicts += conflict and not gone
             pause = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
