@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memos.memtypes.entity import normal_name
+from memos.memtypes.entity import Relation, normal_name
 from pydantic_ai import ModelRetry
 from pydantic_ai.toolsets import FunctionToolset
 
@@ -56,12 +56,16 @@ async def check_graph(memory: MemoryOS, scope: Scope, plan: Any) -> list[str]:
     for index, note in enumerate(plan.entities):
         if not normal_name(note.name):
             problems.append(f"entity {index}: the name is empty")
+    closing: dict[str, int] = {}
     for index, close in enumerate(plan.closed):
-        try:
-            parse_when(close.when, "when")
-            rel = await memory.get(scope, "relation", close.relation_id)
-            if rel.status != "active":
-                problems.append(f"closed {index}: relation {close.relation_id} is already closed")
+        if close.relation_id in closing:
+            problems.append(f"closed {index}: relation {close.relation_id} is closed by closed {closing[close.relation_id]} "
+                            "already; close a relation once in a plan")
+            continue
+        closing[close.relation_id] = index
+        try:  # what close_relation will refuse (closed already, an end before the start), refused before anything is written
+            end = parse_when(close.when, "when")
+            memory.graph.closing(await memory.get(scope, Relation, close.relation_id), end)
         except (ModelRetry, MemosError) as exc:
             problems.append(f"closed {index}: {exc}")
     return problems

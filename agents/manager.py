@@ -23,7 +23,7 @@ from memos.exceptions import MemosError
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 from memos.telemetry import instrumentation
-from memos.validation import check_validity, describe_errors
+from memos.validation import describe_errors
 
 from .graph import apply_graph, check_graph, graph_notes
 from .tools import INSERTABLE_FIELDS
@@ -209,7 +209,14 @@ class MemoryManager:
             return
         record_type = self._type(action.store)
         if isinstance(action, Insert | Supersede | Merge):
-            self._build(record_type, action.fields, [])
+            new = self._build(record_type, action.fields, [])
+            if isinstance(action, Supersede) and new.valid_from is None:  # memory.supersede starts its validity now
+                now = self.memory.clock()
+                try:
+                    record_type.model_validate({**new.model_dump(), "valid_from": now})
+                except ValidationError as exc:
+                    raise ModelRetry(f"the new record is valid from now ({now.isoformat()}) when valid_from is not given: "
+                                     f"{describe_errors(exc)}") from None
         if isinstance(action, Update):
             unknown = set(action.changes) - set(record_type.content_fields()) - INSERTABLE_FIELDS
             if unknown:
@@ -221,7 +228,7 @@ class MemoryManager:
                                                                          if old.superseded_by else "; leave it"))
             if isinstance(action, Update):  # the record as the update would leave it, checked as its type checks a new one
                 try:
-                    check_validity(record_type.model_validate({**old.model_dump(), **action.changes}))
+                    record_type.model_validate({**old.model_dump(), **action.changes})
                 except ValidationError as exc:
                     raise ModelRetry(f"invalid changes to {record_id}: {describe_errors(exc)}") from None
 
@@ -238,7 +245,7 @@ class MemoryManager:
         if unknown:
             raise ModelRetry(f"unknown fields {sorted(unknown)}; {record_type.memory_type} fields are {sorted(allowed)}")
         try:
-            return check_validity(record_type.model_validate({**fields, "source_ids": provenance}))
+            return record_type.model_validate({**fields, "source_ids": provenance})
         except ValidationError as exc:
             raise ModelRetry(f"invalid {record_type.memory_type} fields: {describe_errors(exc)}") from None
 

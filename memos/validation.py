@@ -170,7 +170,9 @@ def check_record(record: object) -> MemoryRecord:
 
 def check_validity(record: R) -> R:
     """An active record's validity must not end before it starts (`valid_to` before `valid_from`:
-    a fact never true). A superseded one may: a fact valid from next month, superseded today."""
+    a fact never true). A superseded one may: a fact valid from next month, superseded today.
+    The record type refuses such a record when it validates (`MemoryRecord`); this is for one
+    built with `model_construct`, refused here with the facade's error before anything is written."""
     start, end = record.valid_from, record.valid_to
     if record.status == "active" and start is not None and end is not None and _utc(end) < _utc(start):
         raise InvalidRecordError(f"{record.memory_type} record {record.id}: valid_to {end.isoformat()} is before valid_from "

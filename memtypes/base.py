@@ -46,6 +46,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _as_utc(value: datetime) -> datetime:
+    """A naive datetime is taken as UTC (as the store takes it), so naive and aware ones compare."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
 class MemoryRecord(BaseModel):
     """One record of a memory store. Subclass it to define a memory type."""
 
@@ -132,6 +137,17 @@ class MemoryRecord(BaseModel):
                     value.astimezone(UTC)
                 except OverflowError:
                     raise ValueError(f"{name} {value.isoformat()} is outside the years 1 to 9999 once taken to UTC") from None
+        return self
+
+    @model_validator(mode="after")
+    def _validity_in_order(self) -> Self:
+        """An active record's validity ends after it starts: `valid_to` before `valid_from` is a
+        fact never true. A superseded or archived one may (valid from next year, superseded today).
+        Stored rows are read with `model_construct`, so a row written before this check still loads."""
+        start, end = self.valid_from, self.valid_to
+        if self.status == "active" and start is not None and end is not None and _as_utc(end) < _as_utc(start):
+            raise ValueError(f"valid_to {end.isoformat()} is before valid_from {start.isoformat()}; a validity ends after it starts "
+                             "(give a later valid_to, an earlier valid_from, or leave valid_to out)")
         return self
 
     def index_text(self) -> str:

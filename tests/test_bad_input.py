@@ -355,11 +355,21 @@ async def test_an_embedder_returning_nan_is_refused_and_the_store_keeps_working(
         mem.storage.type_table("semantic").to_row(Fact(subject="Alice", summary="x", text="x"), [math.inf] * 8)
 
 
-async def test_an_active_fact_whose_validity_ends_before_it_starts_is_refused(mem, alice):
-    with pytest.raises(InvalidRecordError, match="valid_to .* is before valid_from"):
-        await mem.add(alice, Fact(subject="Alice", summary="Alice lives in Lisbon", valid_from=datetime(2026, 3, 1, tzinfo=UTC),
-                                  valid_to=datetime(2026, 1, 1, tzinfo=UTC)))
+async def test_an_active_fact_whose_validity_ends_before_it_starts_is_refused(mem, alice, snapshot):
+    """The type accepted it and `mem.update` stored it: only an add checked (validation.check_validity)."""
+    march, january = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)
+    with pytest.raises(ValueError, match="valid_to 2026-01-01.* is before valid_from 2026-03-01"):
+        Fact(subject="Alice", summary="Alice lives in Lisbon", valid_from=march, valid_to=january)
+    with pytest.raises(ValueError, match="valid_to .* is before valid_from"):  # naive and aware dates compare (naive is UTC)
+        Fact(subject="Alice", summary="Alice lives in Lisbon", valid_from=march, valid_to=datetime(2026, 1, 1))
+    with pytest.raises(InvalidRecordError, match="valid_to .* is before valid_from"):  # one built without validation too
+        await mem.add(alice, Fact.model_construct(subject="Alice", summary="Alice lives in Lisbon", valid_from=march, valid_to=january))
     assert await mem.list(alice, "semantic") == []
+    [lisbon] = await mem.add(alice, Fact(subject="Alice", summary="Alice lives in Lisbon", valid_from=march))
+    before = await snapshot(mem)
+    with pytest.raises(InvalidRecordError, match="valid_to .* is before valid_from"):
+        await mem.update(alice, "semantic", lisbon.id, {"valid_to": january})
+    assert await snapshot(mem) == before
     [fact] = await mem.add(alice, Fact(subject="Alice", summary="Alice will live in Rome", valid_from=datetime(2030, 1, 1, tzinfo=UTC)))
     [rome] = [await mem.supersede(alice, "semantic", fact.id, Fact(subject="Alice", summary="Alice will live in Milan"))]
     closed = await mem.get(alice, "semantic", fact.id)  # superseded before it began: closed before it starts, and kept

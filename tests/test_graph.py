@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+import pytest
+from memos.agents import MemoryManager
 from memos.memtypes import Entity, Relation
+from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -211,6 +214,33 @@ async def test_a_bad_graph_plan_is_retried_and_changes_nothing(mem, snapshot):
     retry = " ".join(str(p.content) for p in manager.seen[1][0][-1].parts if isinstance(p, RetryPromptPart | ToolReturnPart))
     assert "closed 0: no relation record" in retry and "since='soon' is not a date" in retry
     assert [r.render().split(" (")[0] for r in await mem.graph.relations(USER)] == ["A — is — B"]
+
+
+async def test_a_plan_closing_a_relation_it_cannot_close_is_sent_back_before_anything_is_written(mem, snapshot):
+    """The check let through a relation closed twice in one plan, or closed before it started: the
+    plan's facts and first closing were written, then the closing failed; the batch's retry wrote
+    the facts again."""
+    rel = await mem.graph.add_relation(SCOPE, "Alice", "works at", "Acme", valid_from=when("2025-03-01"))
+    turn = await (await mem.session(SCOPE)).record_turn("user", "I left Acme and I got a dog")
+    dog = {"kind": "insert", "store": "semantic", "fields": {"subject": "Alice", "summary": "Alice has a dog"}}
+    bad_plans = {
+        "close a relation once": plan(actions=[dog], closed=[{"relation_id": rel.id, "when": "2026-01-10"}, {"relation_id": rel.id}]),
+        "cannot end (2024-01-10) before it started (2025-03-01)": plan(actions=[dog],
+                                                                       closed=[{"relation_id": rel.id, "when": "2024-01-10"}]),
+    }
+    good = plan(actions=[dog], closed=[{"relation_id": rel.id, "when": "2026-01-10"}])
+    before = await snapshot(mem)
+    for reason, bad in bad_plans.items():
+        with pytest.raises(UnexpectedModelBehavior):  # never fixed: nothing of the plan is written
+            await MemoryManager(mem, SCOPE, Script(bad, bad, bad, bad).model).run([turn])
+        assert await snapshot(mem) == before, reason
+    script = Script(bad_plans["close a relation once"], good)
+    report = await MemoryManager(mem, SCOPE, script.model).run([turn])
+    retry = " ".join(str(p.content) for p in script.seen[1][0][-1].parts if isinstance(p, RetryPromptPart | ToolReturnPart))
+    assert report.requests == 2 and "close a relation once" in retry
+    assert [f.summary for f in await mem.list(USER, "semantic")] == ["Alice has a dog"]
+    closed = await mem.get(USER, "relation", rel.id)
+    assert closed.status == "superseded" and closed.valid_to == when("2026-01-10")
 
 
 # --- tools -------------------------------------------------------------------------------

@@ -270,12 +270,18 @@ class EntityGraph:
     async def close_relation(self, scope: Scope, relation_id: str, *, when: datetime | None = None, actor: str = "user") -> Relation:
         """End a relation that stopped holding (kept, with its period, for questions about the past)."""
         rel = await self.memory.get(scope, Relation, relation_id)
+        return await self._close(rel, self.closing(rel, when), None, actor)
+
+    def closing(self, rel: Relation, when: datetime | None = None) -> datetime:
+        """When `close_relation(rel, when=when)` would end `rel` (`when`, default now), or why it
+        cannot (`InvalidRecordError`: closed already, or `when` before it started). The memory
+        manager checks its plan's closings with this before it writes anything."""
         if rel.valid_to is not None or rel.status != "active":
-            raise InvalidRecordError(f"relation {relation_id} is already closed")
+            raise InvalidRecordError(f"relation {rel.id} is already closed")
         end = check_time(when, "when") or self.memory.clock()
         if rel.valid_from is not None and end < rel.valid_from:
             raise InvalidRecordError(f"a relation cannot end ({end:%Y-%m-%d}) before it started ({rel.valid_from:%Y-%m-%d})")
-        return await self._close(rel, end, None, actor)
+        return end
 
     async def _close(self, rel: Relation, when: datetime, by: str | None, actor: str) -> Relation:
         return await self.memory.update(_owner(rel), Relation, rel.id,
