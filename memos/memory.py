@@ -236,7 +236,9 @@ class MemoryOS(KernelServices):
             old = _supersedable(await self._load(scope, memory_type, old_id), new)
             now = self.clock()
             new = new if new.valid_from is not None else self._revalidate(new, {"valid_from": now})
-            [added] = await self.add(scope, new, actor=actor)
+            # the successor is where the old record was (a fact the user's agents share stays shared)
+            owner = Scope(old.user_id, old.agent_id or None, old.session_id or None)
+            [added] = await self.add(owner, new, actor=actor)
 
             async def close(old: MemoryRecord | None = old) -> None:
                 old = old or await self._load(scope, memory_type, old_id)
@@ -244,9 +246,13 @@ class MemoryOS(KernelServices):
                 await self._write(old.memory_type, [closed], SUPERSEDE, actor, before={old.id: old}, vectors_from=old)
 
             try:
-                await close()
-            except RecordChangedError:  # changed since it was read (an update): close the fresh copy
-                await self._optimistic(lambda: close(None))
+                try:
+                    await close()
+                except RecordChangedError:  # changed since it was read (an update): close the fresh copy
+                    await self._optimistic(lambda: close(None))
+            except RecordNotFoundError:  # deleted meanwhile: the refused supersede leaves no successor behind
+                await self.delete(owner, added.memory_type, added.id, actor=actor)
+                raise
             return added
 
     async def delete(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user") -> None:

@@ -75,9 +75,17 @@ class KernelServices(RecordAccess):
         check.check_scope(scope)
         validate_record_id(survivor_id)
         validate_value(actor, "actor")
+        validate_value(reason, "reason")
+        if survivor_id == record_id:
+            raise InvalidRecordError(f"record {record_id} cannot be merged into itself")
+        await self._load(Scope(scope.user_id), memory_type, survivor_id)  # one of the user's (RecordNotFoundError otherwise)
 
         async def attempt() -> MemoryRecord:
             record = await self._load(scope, memory_type, record_id)
+            if record.status != "active":  # a superseded one keeps its successor's link; a merged one its survivor's
+                raise InvalidRecordError(f"{record.memory_type} record {record.id} is {record.status}"
+                                         + (f" (its successor or survivor is {record.superseded_by})" if record.superseded_by else "")
+                                         + "; only an active record is merged")
             marked = await self.restamp(record, merged_marks(record, survivor_id), op=MERGE, actor=actor,
                                         note=merge_note(survivor_id, reason))
             return self._redact(marked)

@@ -387,3 +387,28 @@ async def test_an_item_stored_before_the_folded_caption_check_can_still_change_i
     assert (await mem.update(alice, "vault", item.id, {"importance": 0.9})).importance == 0.9
     with pytest.raises(InvalidRecordError, match="caption must not contain its secret"):
         await mem.update(alice, "vault", item.id, {"caption": "wifi Hunter2 (home)"})
+
+
+async def test_merge_into_needs_an_active_record_and_a_survivor_its_scope_sees(mem, alice, bob):
+    """merge_into archived a record and linked it to any well-formed id: itself, one that does not
+    exist, another user's (the record then disappeared from its owner's searches); and merging a
+    superseded record overwrote the link to its successor."""
+    from memos import RecordNotFoundError
+
+    [fact, other] = await mem.add(alice, [Fact(subject="Alice", summary="Alice likes tea"), Fact(subject="Alice", summary="tea!")])
+    [bobs] = await mem.add(bob, Fact(subject="Bob", summary="Bob likes coffee"))
+    [old] = await mem.add(alice, Fact(subject="Alice", summary="Alice lives in Porto"))
+    await mem.supersede(alice, "semantic", old.id, Fact(subject="Alice", summary="Alice lives in Lisbon"))
+    before = await store_hashes(mem)
+    with pytest.raises(InvalidRecordError, match="cannot be merged into itself"):
+        await mem.merge_into(alice, "semantic", fact.id, fact.id)
+    for survivor in ("f" * 32, bobs.id):  # no such record; another user's
+        with pytest.raises(RecordNotFoundError):
+            await mem.merge_into(alice, "semantic", fact.id, survivor)
+    with pytest.raises(InvalidRecordError, match="is superseded .*only an active record is merged"):
+        await mem.merge_into(alice, "semantic", old.id, fact.id)
+    with pytest.raises(InvalidFilterError, match="reason"):
+        await mem.merge_into(alice, "semantic", other.id, fact.id, reason="x\x00y")
+    assert await store_hashes(mem) == before
+    merged = await mem.merge_into(alice, "semantic", other.id, fact.id)
+    assert merged.status == "archived" and merged.superseded_by == fact.id

@@ -217,3 +217,35 @@ def test_kills_during_consolidation_leave_no_record_without_history(tmp_path):
     assert run_sync(history_gaps(mem.storage)) == {}
     created = {h["record_id"] for h in run_sync(mem.storage.raw_history("op = 'add'"))}
     assert all(r["id"] in created for r in rows)
+
+
+async def test_a_supersede_that_loses_a_race_with_a_delete_leaves_no_successor(tmp_path):
+    """The successor was added before the old record was closed; when a delete took the old record
+    in between, supersede raised RecordNotFoundError with its successor stored, and the caller's
+    retry stored a second one."""
+    import asyncio
+
+    from memos import RecordNotFoundError
+
+    mem = await MemoryOS.open(tmp_path / "db", embedder=None)
+    alice = Scope("alice")
+    for round_ in range(3):
+        [old] = await mem.add(alice, Fact(subject=f"s{round_}", summary="orig"))
+        done = await asyncio.gather(mem.supersede(alice, "semantic", old.id, Fact(subject=f"s{round_}", summary="succ")),
+                                    mem.delete(alice, "semantic", old.id), return_exceptions=True)
+        kept = [r.summary for r in await mem.list(alice, "semantic", status=None) if r.subject == f"s{round_}"]
+        if isinstance(done[0], RecordNotFoundError):
+            assert kept == [], kept  # refused: nothing of it stays
+        else:
+            assert not isinstance(done[0], BaseException) and kept in (["succ"], ["succ", "orig"], ["orig", "succ"]), (done, kept)
+
+
+async def test_a_successor_keeps_the_scope_of_the_record_it_replaces(tmp_path):
+    """Agent a1 superseding a fact the user's agents share stamped the successor with a1: agent a2
+    then saw the old fact superseded and could not read its successor."""
+    mem = await MemoryOS.open(tmp_path / "db", embedder=None)
+    [paris] = await mem.add(Scope("alice"), Fact(subject="Alice", summary="Alice lives in Paris"))
+    rome = await mem.supersede(Scope("alice", "a1"), "semantic", paris.id, Fact(subject="Alice", summary="Alice lives in Rome"))
+    assert not rome.agent_id and not rome.session_id  # the user's, as Paris was
+    assert [f.summary for f in await mem.list(Scope("alice", "a2"), "semantic")] == ["Alice lives in Rome"]
+    assert (await mem.get(Scope("alice", "a2"), "semantic", rome.id)).summary == "Alice lives in Rome"
