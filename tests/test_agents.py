@@ -340,3 +340,23 @@ async def test_a_memory_drawn_from_a_turn_that_said_a_secret_loses_it_when_the_s
     assert [h.id for h in hits if secret in h.record.render()] == [other.id]
     assert not [e for e in await mem.history(Scope("alice")) if secret in str(e) and e.record_id != other.id]
     assert manager.requests and f"locker code is {secret}" not in _sees(chat) + _sees(manager)
+
+
+async def test_a_reply_that_repeats_a_secret_it_just_vaulted_is_recorded_without_it(mem):
+    """The vault scrubs the turns stored when its tool runs; the reply is recorded after that, so
+    one that repeated the secret kept it in clear: in the recall log, its index and history, and
+    the next turn's keyword context."""
+    secret = "kR4-zq-7781"
+    chat = Script(tool("vault_store", caption="Alice's gym locker code", secret=secret), f"Stored {secret} in your vault.", "welcome")
+    agent = mem.agent(chat.model, SCOPE)
+    assert secret in await agent.chat(f"My gym locker code is {secret}, please keep it")  # shown to the user, as a reveal is
+    await agent.chat("thanks")
+    await mem.storage.flush_queued()
+    [item] = await mem.list(Scope("alice"), "vault")
+    turns = [t.model_dump_json() for t in await mem.list(Scope("alice"), "episodic", limit=None)]
+    assert len(turns) == 4 and not [t for t in turns if secret in t] and f"Stored [vault item {item.id}] in your vault." in "".join(turns)
+    hits = await mem.search(secret, Scope("alice"), types=["episodic"])
+    assert not [h.record.render() for h in hits if secret in h.record.render() or "text_rank" in h.parts]
+    assert not [e for e in await mem.history(Scope("alice")) if secret in str(e)]
+    files = [p for p in Path(mem.storage.uri).rglob("*") if p.is_file()]
+    assert files and not [p for p in files if secret.encode() in p.read_bytes()]
