@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -54,6 +55,9 @@ log = logging.getLogger("memos.agents")
 Approver = Callable[[ToolCallPart], bool | Awaitable[bool]]
 """Decides whether an approval-required tool call (a vault reveal) may run."""
 
+_VAULT_STORED = re.compile(r"stored vault item (\S+) ")
+"""What `vault_store` answers once it stored an item (`memos.agents.tools`), and the item's id."""
+
 
 @dataclass
 class TurnReport:
@@ -78,11 +82,19 @@ class ManagerBatch:
 
 
 def scrub_revealed(reply: str, messages: list[ModelMessage]) -> str:
-    """The reply as the recall log keeps it: an approved vault reveal is shown to the user, never stored."""
+    """The reply as the recall log keeps it: an approved vault reveal is shown to the user, never
+    stored; a secret a `vault_store` call of this run stored is kept as its item's marker, as the
+    vault left it in the turns stored before (the reply is recorded after the tool ran)."""
+    calls = {p.tool_call_id: p for m in messages for p in m.parts if isinstance(p, ToolCallPart) and p.tool_name == "vault_store"}
     for message in messages:
         for part in message.parts:
-            if isinstance(part, ToolReturnPart) and part.tool_name == "vault_reveal" and isinstance(part.content, str) and part.content:
+            if not isinstance(part, ToolReturnPart) or not isinstance(part.content, str) or not part.content:
+                continue
+            if part.tool_name == "vault_reveal":
                 reply = reply.replace(part.content, "[revealed vault secret]")
+            elif part.tool_name == "vault_store" and (stored := _VAULT_STORED.match(part.content)) and part.tool_call_id in calls:
+                secret = calls[part.tool_call_id].args_as_dict().get("secret")
+                reply = reply.replace(secret, f"[vault item {stored[1]}]") if isinstance(secret, str) and secret else reply
     return reply
 
 

@@ -300,16 +300,20 @@ class Vault:
     async def scrub_sources(self, scope: Scope, item: MemoryRecord, secrets: list[str]) -> None:
         """A secret just stored in the vault leaves the records it came from (e.g. the chat turn
         that said it), the turns of the same conversation that said it (`scope`'s session: the
-        user may have said it a few turns before asking to keep it) and the records that carry it
-        only as keyword context (the turn after it): their text, vectors, index entries, history
-        and old table versions. Any other record whose own content holds the same string is the
-        user's other data and is left alone."""
+        user may have said it a few turns before asking to keep it), the records drawn from any of
+        those (their `source_ids` name one: a memory the manager kept from that turn before the
+        secret was vaulted is a copy of it) and the records that carry it only as keyword context
+        (the turn after it): their text, vectors, index entries, history and old table versions.
+        Any other record whose own content holds the same string is the user's other data and is
+        left alone."""
         memory, storage = self.memory, self.memory.storage
         marker = f"[{item.memory_type} item {item.id}]"
         sources = set(item.source_ids)
+        taken = set(sources)  # the records the secret is taken out of: one drawn from them holds a copy
         if await self._scrub_summaries(scope.user_id, secrets, marker):
             await storage.purge_old_versions(memory.turn_type)  # the meta table's old versions with it
-        for name, record_type in memory.types.items():
+        for name in sorted(memory.types, key=lambda n: n != memory.turn_type):  # the turns first, then what is drawn from them
+            record_type = memory.types[name]
             if record_type.secret_fields:
                 continue
             user = Scope(scope.user_id)
@@ -322,12 +326,14 @@ class Vault:
             for record in (table.to_record(r) for r in rows):
                 said_here = name == memory.turn_type and scope.session_id is not None \
                     and (record.agent_id, record.session_id) == (scope.agent_id, scope.session_id)
-                if record.id not in sources and not said_here and any(x in record.index_text() for x in secrets):
+                drawn = not taken.isdisjoint(record.source_ids)
+                if record.id not in sources and not said_here and not drawn and any(x in record.index_text() for x in secrets):
                     continue
                 changes = {f: _replace_all(v, secrets, marker) for f, v in record.model_dump().items()
                            if isinstance(v, str) and f not in check.IMMUTABLE_FIELDS and any(x in v for x in secrets)}
                 if not changes:
                     continue
+                taken.add(record.id)
                 owner = Scope(record.user_id, record.agent_id, record.session_id)
                 await memory.update(owner, name, record.id, changes, actor="vault")
                 rows = await storage.raw_history(Where(owner).eq("record_id", record.id).condition())

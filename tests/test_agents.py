@@ -319,3 +319,47 @@ async def test_a_plan_is_checked_whole_before_any_of_it_is_applied(mem, snapshot
             await mem.delete(Scope("alice", "bot"), "semantic", dog.id)
         await mem.update(Scope("alice", "bot"), "semantic", fact.id, {"summary": "Alice likes tea"})
         before = await snapshot(mem)
+
+
+async def test_a_memory_drawn_from_a_turn_that_said_a_secret_loses_it_when_the_secret_is_vaulted(mem):
+    """The manager kept a fact from the turn that said the secret before the user asked to vault
+    it; the vault scrubbed the turn but left the fact, which holds the same string, as 'the user's
+    other data': the secret came back in search, in the manager's prompt and in the chat's context.
+    A record not drawn from those turns that holds the same string is still left alone."""
+    secret = "tq-5521-0098"
+    [other] = await mem.add(Scope("alice", "bot", "s0"), Fact(subject="Gym", summary=f"The gym's wifi password is {secret}"))
+    chat = Script("ok, noted", tool("vault_store", caption="Alice's locker code", secret=secret), "stored it", "it is in the vault")
+    kept = {"kind": "insert", "store": "semantic", "fields": {"subject": "Alice", "summary": f"Alice's locker code is {secret}"}}
+    manager = Script(plan(kept), plan({"kind": "nothing"}), plan({"kind": "nothing"}))
+    agent = mem.agent(chat.model, SCOPE, manager_model=manager.model, manage_every=1, background=False)
+    await agent.chat(f"the locker code is {secret}")
+    await agent.chat("please put that code in the vault")
+    chat.requests, manager.requests = [], []
+    await agent.chat("what is my locker code?")
+    await mem.storage.flush_queued()
+    facts = {f.subject: f for f in await mem.list(Scope("alice"), "semantic", limit=None)}
+    assert facts["Alice"].summary.startswith("Alice's locker code is [vault item") and facts["Gym"].summary == other.summary
+    hits = await mem.search(secret, Scope("alice"))
+    assert [h.id for h in hits if secret in h.record.render()] == [other.id]
+    assert not [e for e in await mem.history(Scope("alice")) if secret in str(e) and e.record_id != other.id]
+    assert manager.requests and f"locker code is {secret}" not in _sees(chat) + _sees(manager)
+
+
+async def test_a_reply_that_repeats_a_secret_it_just_vaulted_is_recorded_without_it(mem):
+    """The vault scrubs the turns stored when its tool runs; the reply is recorded after that, so
+    one that repeated the secret kept it in clear: in the recall log, its index and history, and
+    the next turn's keyword context."""
+    secret = "kR4-zq-7781"
+    chat = Script(tool("vault_store", caption="Alice's gym locker code", secret=secret), f"Stored {secret} in your vault.", "welcome")
+    agent = mem.agent(chat.model, SCOPE)
+    assert secret in await agent.chat(f"My gym locker code is {secret}, please keep it")  # shown to the user, as a reveal is
+    await agent.chat("thanks")
+    await mem.storage.flush_queued()
+    [item] = await mem.list(Scope("alice"), "vault")
+    turns = [t.model_dump_json() for t in await mem.list(Scope("alice"), "episodic", limit=None)]
+    assert len(turns) == 4 and not [t for t in turns if secret in t] and f"Stored [vault item {item.id}] in your vault." in "".join(turns)
+    hits = await mem.search(secret, Scope("alice"), types=["episodic"])
+    assert not [h.record.render() for h in hits if secret in h.record.render() or "text_rank" in h.parts]
+    assert not [e for e in await mem.history(Scope("alice")) if secret in str(e)]
+    files = [p for p in Path(mem.storage.uri).rglob("*") if p.is_file()]
+    assert files and not [p for p in files if secret.encode() in p.read_bytes()]
