@@ -342,6 +342,9 @@ class KernelServices(RecordAccess):
     async def set_state(self, key: str, value: str, *, behind: bool = False) -> None:
         """Write one state entry. `behind`: journaled now and written with the next batch of a
         chat's turns (`memos.store.lancedb.write_behind`; a session's own state), where the store has a journal."""
+        if not isinstance(key, str) or not key or not isinstance(value, str):
+            raise InvalidRecordError(f"a state entry is a non-empty string key and a string value, got {type(key).__name__} "
+                                     f"and {type(value).__name__}")
         if not (behind and self.storage.hold_state({key: value})):
             await self.storage.set_meta(key, value)
 

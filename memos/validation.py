@@ -164,6 +164,7 @@ def check_record(record: object) -> MemoryRecord:
                     check_text(item, f"{record.memory_type}.{name}")
         elif isinstance(value, str) and not _plain(value):
             check_text(value, f"{record.memory_type}.{name}")
+    _record_tags(record.tags)
     validate_record_id(record.id)
     return check_validity(record)
 
@@ -216,7 +217,18 @@ def check_changes(changes: object) -> dict[str, Any]:
         for item in value if isinstance(value, list) else (value,):
             if isinstance(item, str):
                 check_text(item, name)
+    if isinstance(changes.get("tags"), list):
+        _record_tags(changes["tags"])
     return dict(changes)
+
+
+def _record_tags(tags: list[Any]) -> None:
+    """A record's tags must be tags a filter can select (`check_tags`): no control character, at
+    most `MAX_ID_LENGTH` characters each."""
+    try:
+        check_tags([t for t in tags if isinstance(t, str)])
+    except InvalidFilterError as exc:
+        raise InvalidRecordError(f"{exc}; a tag is what a filter selects records by") from None
 
 
 def check_secret_not_exposed(record: MemoryRecord, clear: Mapping[str, str]) -> None:

@@ -412,3 +412,21 @@ async def test_merge_into_needs_an_active_record_and_a_survivor_its_scope_sees(m
     assert await store_hashes(mem) == before
     merged = await mem.merge_into(alice, "semantic", other.id, fact.id)
     assert merged.status == "archived" and merged.superseded_by == fact.id
+
+
+async def test_tags_a_filter_cannot_select_and_a_state_entry_that_is_no_string_are_refused(mem, alice):
+    """A tag with a NUL or of 5,000 characters was stored by add and update, though no filter can
+    select by it; set_state(5, "v") wrote its row, then raised Python's own AttributeError."""
+    [fact] = await mem.add(alice, Fact(subject="Alice", summary="Alice likes tea", tags=["drinks"]))
+    before = await store_hashes(mem)
+    for tags in (["a\x00b"], ["x" * 5_000]):
+        with pytest.raises(InvalidRecordError, match="a tag is what a filter selects"):
+            await mem.add(alice, Fact(subject="Alice", summary="Alice likes cake", tags=tags))
+        with pytest.raises(InvalidRecordError, match="a tag is what a filter selects"):
+            await mem.update(alice, "semantic", fact.id, {"tags": tags})
+    with pytest.raises(InvalidRecordError, match="state entry"):
+        await mem.set_state(5, "v")
+    with pytest.raises(InvalidRecordError, match="state entry"):
+        await mem.set_state("k", {"v": 1})
+    assert await store_hashes(mem) == before
+    assert [f.id for f in await mem.list(alice, "semantic", tags=["drinks"])] == [fact.id]
