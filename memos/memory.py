@@ -7,9 +7,10 @@ before they reach a table and come back redacted; only `reveal` decrypts (`memos
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
@@ -218,9 +219,7 @@ class MemoryOS(KernelServices):
             record = await self._load(scope, memory_type, record_id)
             revised = self._revalidate(record, {**changes, "updated_at": self.stamp(record)})
             note = await self.vault.check_change(record, revised, changes, actor=actor, clearance=clearance, approved_by=approved_by)
-            # checked when a shown field or the secret changes: an item stored before the check was folded
-            # ('wifi Hunter2' / 'hunter2') can still have its importance or sensitivity changed
-            if record.secret_fields and set(changes) & {*record_type.content_fields(), "tags", *record.secret_fields}:
+            if record.secret_fields and check.shown_or_sealed(record_type, changes):
                 check.check_secret_not_exposed(revised, {f: self.vault.clear_value(revised, f, changes) for f in record.secret_fields})
             updated = self._seal(revised, fresh=set(changes))
             await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record}, note=note)
@@ -236,8 +235,7 @@ class MemoryOS(KernelServices):
             old = _supersedable(await self._load(scope, memory_type, old_id), new)
             now = self.clock()
             new = new if new.valid_from is not None else self._revalidate(new, {"valid_from": now})
-            # the successor is where the old record was (a fact the user's agents share stays shared)
-            owner = Scope(old.user_id, old.agent_id or None, old.session_id or None)
+            owner = Scope(old.user_id, old.agent_id or None, old.session_id or None)  # the successor is where the old one was
             [added] = await self.add(owner, new, actor=actor)
 
             async def close(old: MemoryRecord | None = old) -> None:
@@ -245,14 +243,11 @@ class MemoryOS(KernelServices):
                 closed = self._revalidate(old, {**superseded_marks(added.id, now), "updated_at": self.stamp(old)})
                 await self._write(old.memory_type, [closed], SUPERSEDE, actor, before={old.id: old}, vectors_from=old)
 
+            undo = functools.partial(self.delete, owner, added.memory_type, added.id, actor=actor)
             try:
-                try:
-                    await close()
-                except RecordChangedError:  # changed since it was read (an update): close the fresh copy
-                    await self._optimistic(lambda: close(None))
-            except RecordNotFoundError:  # deleted meanwhile: the refused supersede leaves no successor behind
-                await self.delete(owner, added.memory_type, added.id, actor=actor)
-                raise
+                await close()
+            except RecordChangedError:  # changed since it was read (an update): close the fresh copy; deleted: no successor stays
+                await self._optimistic(lambda: _or_undo(close(None), undo))
             return added
 
     async def delete(self, scope: Scope, memory_type: TypeRef, record_id: str, *, actor: str = "user") -> None:
@@ -477,6 +472,16 @@ def _check_store_list(value: object, what: str, kinds: Any) -> None:
     """A collection (of `kinds`) of store names or record types; a lone name is the usual slip."""
     if isinstance(value, str | type) or not isinstance(value, kinds):
         raise ConfigError(f"{what} must be a list of store names, got {value!r}")
+
+
+async def _or_undo(step: Awaitable[None], undo: Callable[[], Awaitable[None]]) -> None:
+    """`step`; if the record it closes was deleted meanwhile (`RecordNotFoundError`), `undo` first (a
+    supersede that lost a race with a delete leaves no successor behind), then the error."""
+    try:
+        await step
+    except RecordNotFoundError:
+        await undo()
+        raise
 
 
 def _supersedable(old: MemoryRecord, new: MemoryRecord) -> MemoryRecord:

@@ -76,17 +76,11 @@ class KernelServices(RecordAccess):
         validate_record_id(survivor_id)
         validate_value(actor, "actor")
         validate_value(reason, "reason")
-        if survivor_id == record_id:
-            raise InvalidRecordError(f"record {record_id} cannot be merged into itself")
-        await self._load(Scope(scope.user_id), memory_type, survivor_id)  # one of the user's (RecordNotFoundError otherwise)
+        await self._load(Scope(scope.user_id), _not_itself(memory_type, record_id, survivor_id), survivor_id)  # one of the user's
 
         async def attempt() -> MemoryRecord:
             record = await self._load(scope, memory_type, record_id)
-            if record.status != "active":  # a superseded one keeps its successor's link; a merged one its survivor's
-                raise InvalidRecordError(f"{record.memory_type} record {record.id} is {record.status}"
-                                         + (f" (its successor or survivor is {record.superseded_by})" if record.superseded_by else "")
-                                         + "; only an active record is merged")
-            marked = await self.restamp(record, merged_marks(record, survivor_id), op=MERGE, actor=actor,
+            marked = await self.restamp(_mergeable(record), merged_marks(record, survivor_id), op=MERGE, actor=actor,
                                         note=merge_note(survivor_id, reason))
             return self._redact(marked)
 
@@ -342,9 +336,7 @@ class KernelServices(RecordAccess):
     async def set_state(self, key: str, value: str, *, behind: bool = False) -> None:
         """Write one state entry. `behind`: journaled now and written with the next batch of a
         chat's turns (`memos.store.lancedb.write_behind`; a session's own state), where the store has a journal."""
-        if not isinstance(key, str) or not key or not isinstance(value, str):
-            raise InvalidRecordError(f"a state entry is a non-empty string key and a string value, got {type(key).__name__} "
-                                     f"and {type(value).__name__}")
+        check.check_state_entry(key, value)
         if not (behind and self.storage.hold_state({key: value})):
             await self.storage.set_meta(key, value)
 
@@ -489,3 +481,19 @@ def _unless_added(scopes: Sequence[Scope], statuses: tuple[str, ...]) -> Callabl
 def _state_added(values: dict[str, str], added: Sequence[dict[str, Any]]) -> dict[str, str]:
     """The remembered state carried past this process's own state writes."""
     return {**values, **{r["key"]: r["value"] for r in added}}
+
+
+def _not_itself(memory_type: TypeRef, record_id: str, survivor_id: str) -> TypeRef:
+    """`memory_type`, if `survivor_id` is another record than `record_id` (a record is not merged into itself)."""
+    if survivor_id == record_id:
+        raise InvalidRecordError(f"record {record_id} cannot be merged into itself")
+    return memory_type
+
+
+def _mergeable(record: MemoryRecord) -> MemoryRecord:
+    """`record`, if it may be merged: active (a superseded one keeps its successor's link, a merged one its survivor's)."""
+    if record.status != "active":
+        raise InvalidRecordError(f"{record.memory_type} record {record.id} is {record.status}"
+                                 + (f" (its successor or survivor is {record.superseded_by})" if record.superseded_by else "")
+                                 + "; only an active record is merged")
+    return record

@@ -44,6 +44,7 @@ __all__ = [
     "check_records",
     "check_scope",
     "check_secret_not_exposed",
+    "check_state_entry",
     "check_statuses",
     "check_tags",
     "check_text",
@@ -51,6 +52,7 @@ __all__ = [
     "check_validity",
     "describe_errors",
     "folded",
+    "shown_or_sealed",
 ]
 
 IMMUTABLE_FIELDS = frozenset({"id", "user_id", "agent_id", "session_id", "text", "created_at", "updated_at"})
@@ -229,6 +231,20 @@ def _record_tags(tags: list[Any]) -> None:
         check_tags([t for t in tags if isinstance(t, str)])
     except InvalidFilterError as exc:
         raise InvalidRecordError(f"{exc}; a tag is what a filter selects records by") from None
+
+
+def shown_or_sealed(record_type: type[MemoryRecord], changes: Mapping[str, Any]) -> bool:
+    """Whether an update changes a field shown in clear or a secret field (the caption check runs
+    then: an item stored before it was folded, 'wifi Hunter2' / 'hunter2', can still have its
+    importance or status changed)."""
+    return bool(set(changes) & {*record_type.content_fields(), "tags", *record_type.secret_fields})
+
+
+def check_state_entry(key: object, value: object) -> None:
+    """A state entry (`set_state`): a non-empty string key and a string value."""
+    if not isinstance(key, str) or not key or not isinstance(value, str):
+        raise InvalidRecordError(f"a state entry is a non-empty string key and a string value, got {type(key).__name__} "
+                                 f"and {type(value).__name__}")
 
 
 def check_secret_not_exposed(record: MemoryRecord, clear: Mapping[str, str]) -> None:
