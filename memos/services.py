@@ -107,9 +107,7 @@ class KernelServices(RecordAccess):
         `cached`: a store whose table has not changed since the last `check_versions` (or has
         only had records added by this process) is not counted again."""
         check.check_scope(scope)
-        if status is not None:
-            check.check_statuses(status)
-        statuses = (status,) if status else None
+        statuses = (check.check_status(status),) if status is not None else None
         where = Where(scope).status_in(statuses).build()
         known: dict[str, Any] = {name: self.reads.get(("count", name, scope, status)) if cached else FORGET for name in self.types}
         missing = [name for name, value in known.items() if value is FORGET]
@@ -133,8 +131,8 @@ class KernelServices(RecordAccess):
         """Records of one store in any of `scopes` (e.g. an agent's own core blocks and its user's
         shared ones), in one read, oldest first by their time field (`cached` as for `counts`)."""
         record_type = self.record_type(memory_type)
-        statuses = (status,) if isinstance(status, str) else tuple(status or ())
-        key = ("list_in", record_type.memory_type, tuple(scopes), statuses)
+        statuses = check.check_statuses(status)
+        key = ("list_in", record_type.memory_type, check.check_scopes(scopes), statuses)
         if cached and (found := self.reads.get(key)) is not FORGET:
             return list(found)
         either = " OR ".join(f"({Where(s).build()})" for s in scopes)
@@ -171,8 +169,8 @@ class KernelServices(RecordAccess):
         if not ids:
             return []
         name = self.record_type(memory_type).memory_type
-        statuses = (status,) if isinstance(status, str) else tuple(status or ())
-        rows = await self.storage.rows(name, Where(scope).id_in(list(ids)).status_in(statuses).build())
+        statuses = check.check_statuses(status)
+        rows = await self.storage.rows(name, Where(check.check_scope(scope)).id_in(list(ids)).status_in(statuses).build())
         table = self.storage.type_table(name)
         by_id = {r["id"]: self._redact(table.to_record(r)) for r in rows}
         return [by_id[i] for i in ids if i in by_id]
@@ -208,7 +206,8 @@ class KernelServices(RecordAccess):
         name = self.record_type(memory_type).memory_type
         if self.storage.embedder_name is None:
             return {}
-        rows = await self.storage.rows(name, Where(scope).status_in((status,)).build(), columns=["id", "vector"])
+        rows = await self.storage.rows(name, Where(check.check_scope(scope)).status_in((check.check_status(status),)).build(),
+                                       columns=["id", "vector"])
         return {r["id"]: r["vector"] for r in rows if r.get("vector") is not None}
 
     async def embed_documents(self, texts: list[str]) -> list[list[float] | None]:
@@ -289,7 +288,7 @@ class KernelServices(RecordAccess):
         when None), oldest first by when they were added."""
         name = self.record_type(memory_type).memory_type
         where = Where(check.check_scope(scope)).status_in(("active",)).time_range(
-            "created_at", shift(since, timedelta(microseconds=1)) if since else None, None)
+            "created_at", shift(since, timedelta(microseconds=1)) if (since := check.check_time(since, "since")) else None, None)
         table = self.storage.type_table(name)
         records = sorted((table.to_record(r) for r in await self.storage.rows(name, where.build())), key=lambda r: (r.created_at, r.id))
         return [self._redact(r) for r in records]
@@ -311,7 +310,8 @@ class KernelServices(RecordAccess):
         move vault secrets still under a rotated-out key to the current one (`Vault.reseal_stale`)."""
         from memos.store.lancedb.maintenance import maintain
 
-        out = await maintain(self.storage, min_rows=min_rows, now=self.clock())
+        out = await maintain(self.storage, min_rows=check.check_int(min_rows, "min_rows", low=0, high=10**9, optional=True),
+                             now=self.clock())
         if resealed := await self.vault.reseal_stale():
             out["vault_resealed"] = resealed
         return out
@@ -319,8 +319,9 @@ class KernelServices(RecordAccess):
     async def record_job(self, scope: Scope, kind: str, outcome: dict[str, Any], *, actor: str, note: str) -> None:
         """Append a background run's outcome to history (`op="job"`): what `memos inspect jobs` shows."""
         await self.storage.append_history([{
-            "id": new_id(), "at": self.clock().astimezone(UTC), "op": "job", "memory_type": "job", "record_id": kind,
-            "actor": actor, **scope.stamp(), "before": None, "after": json.dumps(outcome, default=str), "note": note,
+            "id": new_id(), "at": self.clock().astimezone(UTC), "op": "job", "memory_type": "job", "record_id": validate_value(kind, "kind"),
+            "actor": validate_value(actor, "actor"), **check.check_scope(scope).stamp(), "before": None,
+            "after": json.dumps(outcome, default=str), "note": check.check_text(note, "note", limit=10_000),
         }])
 
     async def state(self, *, cached: bool = False) -> dict[str, str]:

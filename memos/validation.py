@@ -43,8 +43,10 @@ __all__ = [
     "check_record",
     "check_records",
     "check_scope",
+    "check_scopes",
     "check_secret_not_exposed",
     "check_state_entry",
+    "check_status",
     "check_statuses",
     "check_tags",
     "check_text",
@@ -140,6 +142,20 @@ def check_tags(tags: object) -> list[str] | None:
     if isinstance(tags, str) or not isinstance(tags, Sequence):
         raise InvalidFilterError(f"tags must be a list of strings, got {type(tags).__name__}")
     return [validate_value(t, "tag") for t in tags]
+
+
+def check_status(status: object) -> str:
+    """One status (`counts`, `stored_vectors`)."""
+    if not isinstance(status, str) or status not in _STATUSES:
+        raise InvalidFilterError(f"status must be one of {list(_STATUSES)}, got {status!r}")
+    return status
+
+
+def check_scopes(scopes: object) -> tuple[Scope, ...]:
+    """A non-empty list of scopes (`list_in`)."""
+    if isinstance(scopes, str | bytes) or not isinstance(scopes, Sequence) or not scopes:
+        raise InvalidFilterError(f"scopes must be a non-empty list of memos.Scope, got {scopes!r}"[:200])
+    return tuple(check_scope(s) for s in scopes)
 
 
 def check_statuses(status: object) -> tuple[str, ...]:

@@ -430,3 +430,25 @@ async def test_tags_a_filter_cannot_select_and_a_state_entry_that_is_no_string_a
         await mem.set_state("k", {"v": 1})
     assert await store_hashes(mem) == before
     assert [f.id for f in await mem.list(alice, "semantic", tags=["drinks"])] == [fact.id]
+
+
+async def test_the_kernel_services_refuse_bad_arguments_with_memos_errors(mem, alice):
+    """Each of these raised Python's or LanceDB's own error (a SQL parser error for no scopes),
+    and record_job stored a kind of 5 and an actor with a NUL."""
+    [fact] = await mem.add(alice, Fact(subject="Alice", summary="Alice likes tea"))
+    before = await store_hashes(mem)
+    calls = [
+        lambda: mem.list_in([], "semantic"), lambda: mem.list_in("alice", "semantic"), lambda: mem.list_in(["alice"], "semantic"),
+        lambda: mem.list_in([alice], "semantic", status=5), lambda: mem.get_many("alice", "semantic", [fact.id]),
+        lambda: mem.get_many(alice, "semantic", [fact.id], status=5), lambda: mem.counts(alice, status=[]),
+        lambda: mem.counts(alice, status="gone"), lambda: mem.added_since(alice, "semantic", "2024-01-01"),
+        lambda: mem.maintain(min_rows="x"), lambda: mem.record_job("alice", "decay", {}, actor="t", note="n"),
+        lambda: mem.record_job(alice, 5, {}, actor="t", note="n"), lambda: mem.record_job(alice, "decay", {}, actor="a\x00", note="n"),
+        lambda: mem.stored_vectors("alice", "semantic"),
+    ]
+    for index, call in enumerate(calls):
+        with pytest.raises(MemosError):
+            await call()
+        assert await store_hashes(mem) == before, index
+    assert [r.id for r in await mem.list_in([alice], "semantic")] == [fact.id]
+    assert [r.id for r in await mem.get_many(alice, "semantic", [fact.id], status="active")] == [fact.id]
