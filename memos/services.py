@@ -321,7 +321,7 @@ class KernelServices(RecordAccess):
         await self.storage.append_history([{
             "id": new_id(), "at": self.clock().astimezone(UTC), "op": "job", "memory_type": "job", "record_id": validate_value(kind, "kind"),
             "actor": validate_value(actor, "actor"), **check.check_scope(scope).stamp(), "before": None,
-            "after": json.dumps(outcome, default=str), "note": check.check_text(note, "note", limit=10_000),
+            "after": json.dumps(outcome, default=str), "note": note,
         }])
 
     async def state(self, *, cached: bool = False) -> dict[str, str]:
