@@ -76,11 +76,11 @@ class KernelServices(RecordAccess):
         validate_record_id(survivor_id)
         validate_value(actor, "actor")
         validate_value(reason, "reason")
-        await self._load(Scope(scope.user_id), _not_itself(memory_type, record_id, survivor_id), survivor_id)  # one of the user's
+        await self._load(Scope(scope.user_id), memory_type, survivor_id)  # one of the user's (RecordNotFoundError otherwise)
 
         async def attempt() -> MemoryRecord:
             record = await self._load(scope, memory_type, record_id)
-            marked = await self.restamp(_mergeable(record), merged_marks(record, survivor_id), op=MERGE, actor=actor,
+            marked = await self.restamp(_mergeable(record, survivor_id), merged_marks(record, survivor_id), op=MERGE, actor=actor,
                                         note=merge_note(survivor_id, reason))
             return self._redact(marked)
 
@@ -484,15 +484,11 @@ def _state_added(values: dict[str, str], added: Sequence[dict[str, Any]]) -> dic
     return {**values, **{r["key"]: r["value"] for r in added}}
 
 
-def _not_itself(memory_type: TypeRef, record_id: str, survivor_id: str) -> TypeRef:
-    """`memory_type`, if `survivor_id` is another record than `record_id` (a record is not merged into itself)."""
-    if survivor_id == record_id:
-        raise InvalidRecordError(f"record {record_id} cannot be merged into itself")
-    return memory_type
-
-
-def _mergeable(record: MemoryRecord) -> MemoryRecord:
-    """`record`, if it may be merged: active (a superseded one keeps its successor's link, a merged one its survivor's)."""
+def _mergeable(record: MemoryRecord, survivor_id: str) -> MemoryRecord:
+    """`record`, if it may be merged into `survivor_id`: another record, and active (a superseded one
+    keeps its successor's link, a merged one its survivor's)."""
+    if survivor_id == record.id:
+        raise InvalidRecordError(f"record {record.id} cannot be merged into itself")
     if record.status != "active":
         raise InvalidRecordError(f"{record.memory_type} record {record.id} is {record.status}"
                                  + (f" (its successor or survivor is {record.superseded_by})" if record.superseded_by else "")
