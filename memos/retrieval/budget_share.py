@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from .packing import packed_line
 from .ranking import Hit
 
 __all__ = ["affordable", "line_limit", "line_tokens", "priced"]
@@ -21,7 +22,7 @@ __all__ = ["affordable", "line_limit", "line_tokens", "priced"]
 
 def _line(hit: Hit) -> str:
     record = hit.record
-    return (record.render_line() if record.render_group() else record.render()) + "\n"
+    return (packed_line(record) if record.render_group() else record.render()) + "\n"
 
 
 def line_tokens(hit: Hit, count_tokens: Callable[[str], int]) -> int:

@@ -9,7 +9,9 @@ joins its speaker's line) still fits; a hit too large for what is left is skippe
 smaller, lower-ranked one may still fit. A line is counted with the newline after it (BPE
 merges that newline into the line's last punctuation: counted apart, 4% of a budget was paid
 for and never used). `render_hits` produces exactly the text that was paid for, and `pack`
-checks the whole rendering against the budget, so it is never exceeded.
+checks the whole rendering against the budget, so it is never exceeded. What a speaker said is
+packed without its sentences of pleasantries only ("Thanks, Mel!", `哈哈，太棒了！`;
+`memos.retrieval.pleasantries`): a budget buys facts.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from memos.memtypes import MemoryRecord
+
+from .pleasantries import without_pleasantries
 from .ranking import Hit
 
-__all__ = ["JOINER", "MemorySize", "choose", "measure", "pack", "render_hits"]
+__all__ = ["JOINER", "MemorySize", "choose", "measure", "pack", "packed_line", "packed_parts", "render_hits"]
 
 JOINER = " … "
 """Joins what one speaker said in lines that follow each other under a heading (the turns
@@ -29,6 +34,22 @@ between them, if any, were not packed)."""
 
 def _heading(group: str) -> str:
     return f"[{group}]"
+
+
+def packed_parts(record: MemoryRecord) -> tuple[str, str]:
+    """`record.render_parts()` as packed: what a speaker said without its pleasantries."""
+    speaker, said = record.render_parts()
+    return (speaker, without_pleasantries(said)) if speaker else (speaker, said)
+
+
+def packed_line(record: MemoryRecord) -> str:
+    """`record.render_line()` as packed (see `packed_parts`)."""
+    line = record.render_line()
+    speaker, said = record.render_parts()
+    if not speaker:
+        return line
+    short = without_pleasantries(said)
+    return line if short == said else line.replace(said, short, 1)
 
 
 @dataclass(frozen=True)
@@ -60,7 +81,7 @@ def measure(hits: Sequence[Hit], count_tokens: Callable[[str], int]) -> list[Mem
             hit.text = record.render()
             sizes.append(MemorySize(count_tokens(hit.text + "\n")))
             continue
-        hit.text = record.render_line()
+        hit.text = packed_line(record)
         speaker, _ = record.render_parts()
         tokens = count_tokens(hit.text + "\n")
         if group not in headings:
@@ -142,10 +163,10 @@ def render_hits(hits: Sequence[Hit]) -> str:
         lines.append(_heading(group))
         before = None
         for hit in sorted(members, key=lambda h: h.record.event_time()):
-            speaker, said = hit.record.render_parts()
+            speaker, said = packed_parts(hit.record)
             if speaker and speaker == before:
                 lines[-1] += JOINER + said
             else:
-                lines.append(hit.record.render_line())
+                lines.append(packed_line(hit.record))
             before = speaker
     return "\n".join(lines)
