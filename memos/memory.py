@@ -398,10 +398,10 @@ class MemoryOS(KernelServices):
         return self.backend.chat_agent(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
 
     async def session(self, scope: Scope, **options: Any) -> MemorySession[MemoryOS]:
-        """The working context of `scope` (`memos.context.session.MemorySession`), resumed from the store."""
+        """The working context of `scope` (`memos.context.session.MemorySession`), resumed; options: `MemorySession.open`'s."""
         from memos.context.session import MemorySession
-
-        return await MemorySession.open(self, check.check_scope(scope), **options)
+        return await MemorySession.open(self, check.check_scope(scope),
+                                        **check.check_options(MemorySession.open, options, "MemoryOS.session"))
 
     # --- internals -----------------------------------------------------------------------
 
