@@ -15,6 +15,7 @@ from memos.memtypes import MemoryRecord
 
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
+from memos.validation import check_options
 
 from .chat import ChatAgent
 from .consolidation import FactDecision, decide_conflicts
@@ -34,5 +35,5 @@ class PydanticAIBackend:
         return await decide_conflicts(model, pairs, now=now)
 
     def chat_agent(self, memory: MemoryOS, scope: Scope, model: Any, **options: Any) -> ChatAgent:
-        return ChatAgent(memory, scope, model, **options)
+        return ChatAgent(memory, scope, model, **check_options(ChatAgent, options, "MemoryOS.agent"))
 

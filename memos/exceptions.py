@@ -8,7 +8,8 @@ The hierarchy has three branches, one per audience::
     │   ├── InvalidFilterError        a scope id, tag, date or id that cannot be used safely
     │   ├── ScopeError                a scope the caller may not act for (another user or agent than its API key's)
     │   ├── InvalidRecordError        a record that fails its type's validation
-    │   │   └── DuplicateIdError          an explicit record id that is already used in the database
+    │   │   ├── DuplicateIdError          an explicit record id that is already used in the database
+    │   │   └── DuplicateBlockError       a core block whose label an active block of its scope has already
     │   └── EmbeddingDimensionError   the store was built with another embedder (`memos reindex`)
     ├── MemoryOSError            a runtime failure of the memory OS itself
     │   ├── StoreUnavailableError     the store cannot be opened, read or written (the message says why and what to do)
@@ -38,6 +39,7 @@ __all__ = [
     "BudgetError",
     "ConfigError",
     "CoreMemoryError",
+    "DuplicateBlockError",
     "DuplicateIdError",
     "EmbedderUnavailableError",
     "EmbeddingDimensionError",
@@ -102,6 +104,17 @@ class DuplicateIdError(InvalidRecordError):
         self.record_id = record_id
         super().__init__(f"record id {record_id!r} is already used {where}; ids are unique across the database. "
                          "Leave the id unset for a fresh one, or update the existing record")
+
+
+class DuplicateBlockError(InvalidRecordError):
+    """A core block added beside an active block of its label in its scope, or twice in one add: a
+    scope has one block a label (`memos.context.block_labels`); the existing one is edited instead."""
+
+    def __init__(self, label: str, scope: str, where: str) -> None:
+        self.label = label
+        super().__init__(f"core block {label!r} {where} in scope {scope}; a scope has one active block a label, so nothing "
+                         "was added. Change a block that exists by editing it (core_memory_append, core_memory_replace or "
+                         "core_memory_rethink; CoreMemory.append / replace / rethink), not by adding another")
 
 
 class EmbeddingDimensionError(ConfigError):

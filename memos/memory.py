@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
+from memos.context.block_labels import check_successor
 from memos.jobs.merging import SUPERSEDE, superseded_marks
 from memos.retrieval.ranking import Hit, RankingPolicy
 from memos.retrieval.search import SearchRequest, search
@@ -185,7 +186,7 @@ class MemoryOS(KernelServices):
 
         A record's id must not be used by any other record in the database (`DuplicateIdError`);
         leave it unset for a fresh one. A secret field's value must not appear in the record's
-        other fields (`InvalidRecordError`)."""
+        other fields (`InvalidRecordError`); a core block's label must be free in `scope` (`DuplicateBlockError`)."""
         return await self._add(scope, records, actor=actor)
 
     @overload
@@ -236,7 +237,7 @@ class MemoryOS(KernelServices):
             now = self.clock()
             new = new if new.valid_from is not None else self._revalidate(new, {"valid_from": now})
             owner = Scope(old.user_id, old.agent_id or None, old.session_id or None)  # the successor is where the old one was
-            [added] = await self.add(owner, new, actor=actor)
+            [added] = await self._add(owner, new, actor=actor, superseding=old.status == "active")  # its label (_supersedable)
 
             async def close(old: MemoryRecord | None = old) -> None:
                 old = old or await self._load(scope, memory_type, old_id)
@@ -397,10 +398,10 @@ class MemoryOS(KernelServices):
         return self.backend.chat_agent(self, scope if isinstance(scope, Scope) else Scope(scope), model, **options)
 
     async def session(self, scope: Scope, **options: Any) -> MemorySession[MemoryOS]:
-        """The working context of `scope` (`memos.context.session.MemorySession`), resumed from the store."""
+        """The working context of `scope` (`memos.context.session.MemorySession`), resumed; options: `MemorySession.open`'s."""
         from memos.context.session import MemorySession
-
-        return await MemorySession.open(self, check.check_scope(scope), **options)
+        return await MemorySession.open(self, check.check_scope(scope),
+                                        **check.check_options(MemorySession.open, options, "MemoryOS.session"))
 
     # --- internals -----------------------------------------------------------------------
 
@@ -485,10 +486,11 @@ async def _or_undo(step: Awaitable[None], undo: Callable[[], Awaitable[None]]) -
 
 
 def _supersedable(old: MemoryRecord, new: MemoryRecord) -> MemoryRecord:
-    """`old`, if `new` may supersede it: of the same type, and not superseded already (its successor is
-    the current version: `RecordSupersededError` names it)."""
+    """`old`, if `new` may supersede it: of the same type (a core block: of the same label), and not superseded
+    already (its successor is the current version: `RecordSupersededError` names it)."""
     if type(new) is not type(old):
         raise InvalidRecordError(f"a {old.memory_type} record can only be superseded by another {old.memory_type} record")
+    check_successor(old, new)
     if old.status == "superseded":
         raise RecordSupersededError(old.memory_type, old.id, old.superseded_by)
     return old

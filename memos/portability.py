@@ -10,6 +10,8 @@ user in the same store is that record again and is replaced by the imported vers
 one export twice changes nothing); an id held by another user or by another store is never
 touched: the imported record gets a fresh id, and the import's own references to it
 (`source_ids`, `superseded_by`, its history) follow. History rows are re-id'd the same way.
+An active core block whose label another active block of its scope has (stored under another
+id, or in the same import) is refused before anything is written (`memos.context.block_labels`).
 `forget_user` deletes a user's records, history and
 session state everywhere, rebuilds the full-text indexes and purges old table versions, so
 nothing of the user remains on disk.
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from memos.context.block_labels import check_labels_free
 from memos.jobs.partition import user_jobs_lock
 from memos.jobs.reflection_state import key_user
 from memos.store.scope import Scope, validate_value
@@ -30,7 +33,7 @@ from memos.store.scope import Scope, validate_value
 from . import validation as check
 from .crypto import VaultCipher
 from .exceptions import ConfigError, InvalidFilterError, InvalidRecordError
-from .memtypes import new_id
+from .memtypes import CoreBlock, new_id
 
 if TYPE_CHECKING:
     from .memory import MemoryOS
@@ -88,6 +91,7 @@ async def import_lines(memory: MemoryOS, lines: Iterable[str], *, user_id: str |
     # vault secrets are re-encrypted before the first write: a missing source key changes nothing
     ready = {name: [_rekey(memory, _renamed(record, renamed), original, source) for record, original in pairs]
              for name, pairs in by_type.items()}
+    await check_labels_free(memory.storage, ready.get(CoreBlock.memory_type, []))  # one active core block a label
     total = sum(len(records) for records in ready.values())
     for name, records in ready.items():
         for start in range(0, len(records), 256):

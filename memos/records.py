@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
+from memos.context.block_labels import labels_claimed
 from memos.retrieval.ranking import RankingPolicy
 from memos.store.history import history_row
 from memos.store.lancedb.deletion import finish_deletes
@@ -84,26 +85,34 @@ class RecordAccess:
         return Admission("search", lambda: self.limits)
 
     async def _add(self, scope: Scope, records: R | Iterable[R], *, actor: str, behind: bool = False,
-                   vectors: Mapping[str, list[float] | None] | None = None) -> list[R]:
+                   vectors: Mapping[str, list[float] | None] | None = None, superseding: bool = False) -> list[R]:
         """`add`; `behind`: the records are journaled and queued with their history and shared-table
         rows, written to their tables a moment later (`memos.store.lancedb.write_behind`: a chat's turns); on a
         store without a journal their own rows commit at once and the rest is queued. `vectors`:
-        index text -> vector embedded ahead (`store_turns`); other texts are embedded here."""
+        index text -> vector embedded ahead (`store_turns`); other texts are embedded here.
+
+        A core block whose label is taken in `scope` is refused (`memos.context.block_labels`), unless
+        `superseding`: the record is the next version of one it supersedes, of the same label."""
         check.check_scope(scope)
         validate_value(actor, "actor")
         items = check.check_records(records)
         for record in items:
             self.record_type(type(record))
             check.check_secret_not_exposed(record, {f: getattr(record, f) for f in record.secret_fields})
-        explicit = await self._check_ids_free(items)
-        now = self.clock()
-        prepared: dict[str, list[R]] = {}
-        for record in items:
-            self.record_type(type(record))
             for field, value in scope.stamp().items():
                 current = getattr(record, field)
                 if current and current != value:
                     raise InvalidRecordError(f"record {record.id} has {field}={current!r} but is written in scope {scope}")
+        async with labels_claimed(self.storage, scope, [] if superseding else items):
+            return await self._insert(scope, items, actor=actor, behind=behind, vectors=vectors)
+
+    async def _insert(self, scope: Scope, items: list[R], *, actor: str, behind: bool,
+                      vectors: Mapping[str, list[float] | None] | None) -> list[R]:
+        """`_add` of checked records whose core-block labels are free."""
+        explicit = await self._check_ids_free(items)
+        now = self.clock()
+        prepared: dict[str, list[R]] = {}
+        for record in items:
             stamped = self._revalidate(record, {**scope.stamp(), "created_at": now, "updated_at": now})
             prepared.setdefault(stamped.memory_type, []).append(self._seal(stamped))
         if not behind:  # with the adds waiting beside it: one embedding call, one commit a table

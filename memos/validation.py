@@ -10,10 +10,11 @@ documented ones: text fields up to `MAX_TEXT_CHARS`, a query up to `MAX_QUERY_CH
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, overload
 
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 
 from memos.store.scope import Scope, utc_time, validate_record_id, validate_value
 
-from .exceptions import DuplicateIdError, InvalidFilterError, InvalidRecordError
+from .exceptions import ConfigError, DuplicateIdError, InvalidFilterError, InvalidRecordError
 from .memtypes import MemoryRecord
 
 R = TypeVar("R", bound=MemoryRecord)
@@ -39,6 +40,7 @@ __all__ = [
     "check_changes",
     "check_history_row",
     "check_int",
+    "check_options",
     "check_query",
     "check_record",
     "check_records",
@@ -78,6 +80,17 @@ def check_scope(scope: object) -> Scope:
     if not isinstance(scope, Scope):
         raise InvalidFilterError(f"scope must be a memos.Scope such as Scope('alice'), got {type(scope).__name__}")
     return scope
+
+
+def check_options(call: Callable[..., Any], options: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    """`options`, if each is a keyword-only parameter of `call`, which an entry point passes them on to
+    (`MemoryOS.session`, `MemoryOS.agent`): an unknown one is a `ConfigError` listing the ones there are,
+    not the call's raw TypeError."""
+    accepted = [name for name, p in inspect.signature(call).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ConfigError(f"{what}() has no option {', '.join(map(repr, unknown))}; its options are {', '.join(accepted)}")
+    return options
 
 
 def check_text(value: object, what: str, *, limit: int = MAX_TEXT_CHARS) -> str:

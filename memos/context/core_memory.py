@@ -17,7 +17,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from memos.exceptions import BlockLimitError, ReadOnlyBlockError, TextNotFoundError, UnknownBlockError
+from memos.context.block_labels import lock_key
+from memos.exceptions import BlockLimitError, DuplicateBlockError, ReadOnlyBlockError, TextNotFoundError, UnknownBlockError
 from memos.memtypes import CoreBlock, MemoryRecord
 from memos.store.scope import Scope
 
@@ -95,11 +96,17 @@ class CoreMemory:
     async def create(self, label: str, *, description: str = "", value: str = "", limit: int = 2000,
                      read_only: bool = False, shared: bool = False, actor: str = "user") -> CoreBlock:
         """Add a block (an existing label is returned unchanged)."""
-        async with self._lock(label):
-            for block in await self._current():
-                if block.label == label:
-                    return block
+        if (block := await self._find(label)) is not None:
+            return block
+        try:  # the add takes the label's lock and refuses it if taken (`memos.context.block_labels`)
             return await self._add(label, description, value, limit, read_only, shared, actor)
+        except DuplicateBlockError:
+            if (block := await self._find(label)) is None:  # taken where this agent does not look: a user-wide block not shared
+                raise
+            return block  # created by another caller a moment ago
+
+    async def _find(self, label: str) -> CoreBlock | None:
+        return next((block for block in await self._current() if block.label == label), None)
 
     async def _add(self, label: str, description: str, value: str, limit: int, read_only: bool, shared: bool,
                    actor: str) -> CoreBlock:
@@ -158,9 +165,9 @@ class CoreMemory:
     def _lock(self, label: str) -> AbstractAsyncContextManager[None]:
         """One change of the user's blocks named `label` at a time, in every task and every process of
         the store (`exclusive`): an edit reads the block and supersedes it, so two at once each
-        superseded the version they both read and one was lost (12 concurrent appends left 3), and
-        two creations of a label made two blocks."""
-        return self.memory.exclusive(f"core\x1f{self.own_scope.user_id}\x1f{label}")
+        superseded the version they both read and one was lost (12 concurrent appends left 3). Adds of
+        a block hold the same lock (`memos.context.block_labels`): two creations of a label made two blocks."""
+        return self.memory.exclusive(lock_key(self.own_scope.user_id, label))
 
     @contextlib.asynccontextmanager
     async def _editing(self, label: str) -> AsyncIterator[None]:
