@@ -156,10 +156,11 @@ class RecordAccess:
         return [self._redact(r) for group in prepared.values() for r in group]
 
     async def _scrub_sources(self, scope: Scope, items: Sequence[MemoryRecord]) -> None:
-        """Secrets just sealed are scrubbed out of the records they were taken from (`Vault.scrub_sources`)."""
+        """Secrets just sealed are scrubbed out of the records they were taken from and the turns that
+        said them (`Vault.scrub_sources`), with or without `source_ids`."""
         for record in items:
             clear = [getattr(record, f) for f in record.secret_fields if getattr(record, f)]
-            if clear and record.source_ids:
+            if clear:
                 await self.vault.scrub_sources(scope, record, clear)
 
     async def _check_ids_free(self, records: Sequence[MemoryRecord]) -> list[str]:

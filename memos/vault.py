@@ -299,8 +299,9 @@ class Vault:
 
     async def scrub_sources(self, scope: Scope, item: MemoryRecord, secrets: list[str]) -> None:
         """A secret just stored in the vault leaves the records it came from (e.g. the chat turn
-        that said it), the turns of the same conversation that said it (`scope`'s session: the
-        user may have said it a few turns before asking to keep it), the records drawn from any of
+        that said it), the conversation turns that said it (in every session of `scope`'s agent, or
+        of every agent when `scope` names none: the user may have said it a few turns or sessions
+        before asking to keep it, and an item stored through the API names no turn), the records drawn from any of
         those (their `source_ids` name one: a memory the manager kept from that turn before the
         secret was vaulted is a copy of it) and the records that carry it only as keyword context
         (the turn after it): their text, vectors, index entries, history and old table versions.
@@ -323,9 +324,12 @@ class Vault:
                 continue
             rows = await storage.rows(name, Where(user).id_in(sorted(holders)).build())
             table = storage.type_table(name)
+            conversations = Scope(scope.user_id, scope.agent_id)  # its agent's (and the user-wide) turns, every session
             for record in (table.to_record(r) for r in rows):
-                said_here = name == memory.turn_type and scope.session_id is not None \
-                    and (record.agent_id, record.session_id) == (scope.agent_id, scope.session_id)
+                said_here = name == memory.turn_type and (
+                    (scope.session_id is not None and (record.agent_id, record.session_id) == (scope.agent_id, scope.session_id))
+                    or (getattr(record, "event_type", "") == "message"
+                        and conversations.contains(record.user_id, record.agent_id, record.session_id)))
                 drawn = not taken.isdisjoint(record.source_ids)
                 if record.id not in sources and not said_here and not drawn and any(x in record.index_text() for x in secrets):
                     continue

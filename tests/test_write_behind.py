@@ -4,13 +4,13 @@ late in this process, written at exit, written by the next open after a crash, n
 from __future__ import annotations
 
 import asyncio
-import os
-import threading
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 from memos.memtypes import Fact
@@ -80,8 +80,8 @@ async def test_the_rows_are_written_after_the_delay_or_at_once_when_many_wait(me
     mem.storage.behind.delay = 0.05
     session = await MemorySession.open(mem, ALICE)
     turn = await session.record_turn("user", "The boat is moored at pier 7")
-    for _ in range(100):
-        if await shared_rows(mem, f"key = 'episodic:{turn.id}'") == 1:
+    for _ in range(100):  # the shared row and the history row are two commits of one flush: wait for both
+        if await shared_rows(mem, f"key = 'episodic:{turn.id}'") == 1 and await history_rows(mem, f"record_id = '{turn.id}'"):
             break
         await asyncio.sleep(0.02)
     assert await shared_rows(mem, f"key = 'episodic:{turn.id}'") == 1
