@@ -37,6 +37,7 @@ from pydantic_ai.usage import UsageLimits
 from memos._sync import check_sync_twins, sync_twin
 from memos.context.paging import Summarizer
 from memos.context.session import CompiledContext, MemorySession
+from memos.context.state_keys import manager_key
 from memos.context.window import BudgetPolicy
 from memos.exceptions import ConfigError
 from memos.jobs.partition import user_jobs_lock
@@ -283,7 +284,7 @@ class ChatAgent:
     def _batches_key(self) -> str:
         assert self._session is not None
         scope = self._session.scope
-        return "manager:" + json.dumps([scope.user_id, scope.agent_id, scope.session_id])
+        return manager_key(scope)
 
     async def _load_batches(self) -> None:
         """Failed batches a previous process kept (their turns re-read from the recall log)."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from memos.context.block_labels import check_labels_free
+from memos.context.state_keys import key_owner
 from memos.jobs.partition import user_jobs_lock
 from memos.jobs.reflection_state import key_user
 from memos.store.scope import Scope, validate_value
@@ -222,12 +223,5 @@ async def forget_user(memory: MemoryOS, user_id: str) -> dict[str, int]:
 
 
 def _meta_owner(key: str) -> str | None:
-    """The user a meta entry belongs to (session and reflection state), if any."""
-    if key.startswith(("session:", "manager:")):  # manager: failed batches kept for a retry (memos.agents.chat)
-        try:
-            return str(json.loads(key.split(":", 1)[1])[0])
-        except (ValueError, IndexError, KeyError):
-            return None
-    if key.startswith("reflection:"):
-        return key_user(key)
-    return None
+    """The user a meta entry belongs to (session, manager and reflection state), if any."""
+    return key_user(key) if key.startswith("reflection:") else key_owner(key)

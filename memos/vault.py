@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from memos.context.state_keys import SESSION, key_owner
 from memos.store.history import history_row
 from memos.store.protocol import Store
 from memos.store.scope import Scope, Where, validate_value
@@ -352,18 +353,12 @@ class Vault:
         session takes the summary up at its next step (`MemorySession._read_step`)."""
         changed = False
         for key, value in (await self.memory.state()).items():
-            if key.startswith("session:") and any(x in value for x in secrets) and _session_user(key) == user_id:
+            if key_owner(key, (SESSION,)) == user_id and any(x in value for x in secrets):
                 await self.memory.set_state(key, _replace_in_json(value, secrets, marker) or value)
                 changed = True
         return changed
 
 
-def _session_user(key: str) -> str | None:
-    """The user of a session state key, `session:["user", "agent", "session"]` (None if malformed)."""
-    try:
-        return str(json.loads(key[len("session:"):])[0])
-    except (ValueError, IndexError, KeyError, TypeError):
-        return None
 
 
 def _replace_all(text: str | None, secrets: list[str], marker: str) -> str | None:

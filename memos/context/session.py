@@ -41,6 +41,7 @@ from memos.validation import describe_errors
 
 from .core_memory import DEFAULT_BLOCKS, BlockSpec, CoreHost, CoreMemory
 from .paging import ExtractiveSummarizer, Summarizer, SummaryCut
+from .state_keys import session_key
 from .window import BudgetPolicy, FixedPrompt, StepInputs, no_room, plan_step, render_system_prompt
 
 if TYPE_CHECKING:
@@ -447,7 +448,7 @@ class MemorySession(Generic[M]):
 
     @property
     def _state_key(self) -> str:
-        return "session:" + json.dumps([self.scope.user_id, self.scope.agent_id, self.scope.session_id])
+        return session_key(self.scope)
 
     def _next_id(self) -> str | None:
         """The id the state already names for the next turn, if it has one left (None: a fresh one)."""
