@@ -23,7 +23,7 @@ from memos.exceptions import MemosError
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 from memos.telemetry import instrumentation
-from memos.validation import describe_errors
+from memos.validation import LIFECYCLE_FIELDS, describe_errors
 
 from .graph import apply_graph, check_graph, graph_notes
 from .tools import INSERTABLE_FIELDS
@@ -218,6 +218,11 @@ class MemoryManager:
                     raise ModelRetry(f"the new record is valid from now ({now.isoformat()}) when valid_from is not given: "
                                      f"{describe_errors(exc)}") from None
         if isinstance(action, Update):
+            lifecycle = sorted(set(action.changes) & LIFECYCLE_FIELDS)
+            if lifecycle:
+                raise ModelRetry(f"an update cannot change {lifecycle}: to end a memory that is no longer true, use a "
+                                 "supersede action (the old one closes and links the new); to combine memories that say the "
+                                 "same, a merge action; the turns' ids are added as provenance for you")
             unknown = set(action.changes) - set(record_type.content_fields()) - INSERTABLE_FIELDS
             if unknown:
                 raise ModelRetry(f"cannot change {sorted(unknown)}; {action.store} fields are {record_type.content_fields()}")
@@ -259,7 +264,8 @@ class MemoryManager:
         elif isinstance(action, Update):
             old = await self.memory.get(self.read_scope, action.store, action.record_id)
             changes = {**action.changes, "source_ids": list(dict.fromkeys([*old.source_ids, *provenance]))}
-            await self.memory.update(_scope_of(old), action.store, action.record_id, changes, actor=ACTOR)
+            # revise: the provenance is a lifecycle field `update` refuses; the model's own changes were checked without it
+            await self.memory.revise(_scope_of(old), action.store, action.record_id, changes, actor=ACTOR)
             report.written.append(("update", action.store, action.record_id))
         elif isinstance(action, Supersede):
             old = await self.memory.get(self.read_scope, action.store, action.record_id)

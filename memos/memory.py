@@ -55,8 +55,6 @@ __all__ = ["DEFAULT_BACKEND", "MemoryOS", "ScopedMemory", "default_key_file"]
 
 log = logging.getLogger("memos")
 
-_IMMUTABLE = check.IMMUTABLE_FIELDS
-
 
 def _default_clock() -> datetime:
     return datetime.now(UTC)
@@ -205,28 +203,13 @@ class MemoryOS(KernelServices):
 
         A vault item's secret and sensitivity change only within the caller's `clearance`, and
         its sensitivity is lowered only with `approved_by`, as for `reveal` (`Vault.check_change`:
-        a refusal is audited and raises `VaultAccessError`)."""
-        check.check_scope(scope)
-        changes = check.check_changes(changes)
-        validate_value(actor, "actor")
-        record_type = self.record_type(memory_type)
-        bad = set(changes) & _IMMUTABLE
-        unknown = set(changes) - set(record_type.model_fields)
-        if bad or unknown:
-            raise InvalidRecordError(f"cannot update {sorted(bad | unknown)} of a {record_type.memory_type} record; "
-                                     f"updatable fields: {sorted(set(record_type.model_fields) - _IMMUTABLE)}")
+        a refusal is audited and raises `VaultAccessError`).
 
-        async def attempt() -> MemoryRecord:
-            record = await self._load(scope, memory_type, record_id)
-            revised = self._revalidate(record, {**changes, "updated_at": self.stamp(record)})
-            note = await self.vault.check_change(record, revised, changes, actor=actor, clearance=clearance, approved_by=approved_by)
-            if record.secret_fields and check.shown_or_sealed(record_type, changes):
-                check.check_secret_not_exposed(revised, {f: self.vault.clear_value(revised, f, changes) for f in record.secret_fields})
-            updated = self._seal(revised, fresh=set(changes))
-            await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record}, note=note)
-            return self._redact(updated)
-
-        return await self._optimistic(attempt)
+        The lifecycle fields (status, superseded_by, source_ids, valid_to; and valid_from of a
+        superseded record) are refused with `InvalidRecordError` naming the operation that changes
+        them: `supersede`, `merge_into`, `archive` or `delete`."""
+        return await self._change(scope, memory_type, record_id, changes, actor=actor, clearance=clearance,
+                                  approved_by=approved_by, lifecycle=False)
 
     async def supersede(self, scope: Scope, memory_type: TypeRef, old_id: str, new: R, *, actor: str = "user") -> R:
         """Replace a record by a new one: the old closes its validity and links its successor."""

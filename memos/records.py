@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import ValidationError
 
@@ -235,6 +235,45 @@ class RecordAccess:
         hand it to a model). `RecordNotFoundError` if it is not in `scope`."""
         return await self._load(scope, memory_type, record_id)
 
+    @overload
+    async def revise(self, scope: Scope, memory_type: type[R], record_id: str, changes: dict[str, Any], *, actor: str,
+                     clearance: str = "high", approved_by: str | None = None) -> R: ...
+    @overload
+    async def revise(self, scope: Scope, memory_type: str, record_id: str, changes: dict[str, Any], *, actor: str,
+                     clearance: str = "high", approved_by: str | None = None) -> MemoryRecord: ...
+    async def revise(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str,
+                     clearance: str = "high", approved_by: str | None = None) -> MemoryRecord:
+        """`update` for the kernel's own lifecycle operations: it may also set the lifecycle fields
+        (`validation.LIFECYCLE_FIELDS`: status, successor, provenance, end of validity) that `update`
+        refuses. The graph closes and merges through it, the memory manager adds provenance with it;
+        no user's or model's request reaches it (the server, the client, MCP and the agents' tools
+        call `update`)."""
+        return await self._change(scope, memory_type, record_id, changes, actor=actor, clearance=clearance,
+                                  approved_by=approved_by, lifecycle=True)
+
+    async def _change(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str,
+                      clearance: str, approved_by: str | None, lifecycle: bool) -> MemoryRecord:
+        """`update` (`lifecycle` False) and `revise` (True): every check runs before anything is written."""
+        check.check_scope(scope)
+        changes = check.check_changes(changes)
+        validate_value(actor, "actor")
+        record_type = self.record_type(memory_type)
+        check.check_changeable(record_type, changes, lifecycle=lifecycle)
+
+        async def attempt() -> MemoryRecord:
+            record = await self._load(scope, memory_type, record_id)
+            if not lifecycle:
+                check.check_within_period(record, changes)
+            revised = self._revalidate(record, {**changes, "updated_at": self.stamp(record)})
+            note = await self.vault.check_change(record, revised, changes, actor=actor, clearance=clearance, approved_by=approved_by)
+            if record.secret_fields and check.shown_or_sealed(record_type, changes):
+                check.check_secret_not_exposed(revised, {f: self.vault.clear_value(revised, f, changes) for f in record.secret_fields})
+            updated = self._seal(revised, fresh=set(changes))
+            await self._write(updated.memory_type, [updated], "update", actor, before={record.id: record}, note=note)
+            return self._redact(updated)
+
+        return await self._optimistic(attempt)
+
     async def _write(
         self, name: str, records: Sequence[MemoryRecord], op: str, actor: str, *,
         before: dict[str, MemoryRecord] | None, vectors_from: MemoryRecord | None = None, note: str | None = None,
@@ -302,6 +341,7 @@ class RecordAccess:
         return [by_id.get(i) for i in ids]
 
     stored_sync = sync_twin(stored)
+    revise_sync = sync_twin(revise)
 
 
 def _audit(record: MemoryRecord | None) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ R = TypeVar("R", bound=MemoryRecord)
 __all__ = [
     "HISTORY_REQUIRED",
     "IMMUTABLE_FIELDS",
+    "LIFECYCLE_FIELDS",
     "MAX_BATCH",
     "MAX_BUDGET_TOKENS",
     "MAX_K",
@@ -37,9 +38,11 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "check_bool",
     "check_budget",
+    "check_changeable",
     "check_changes",
     "check_history_row",
     "check_int",
+    "check_lifecycle_untouched",
     "check_options",
     "check_query",
     "check_record",
@@ -54,6 +57,7 @@ __all__ = [
     "check_text",
     "check_time",
     "check_validity",
+    "check_within_period",
     "describe_errors",
     "folded",
     "shown_or_sealed",
@@ -61,6 +65,14 @@ __all__ = [
 
 IMMUTABLE_FIELDS = frozenset({"id", "user_id", "agent_id", "session_id", "text", "created_at", "updated_at"})
 """Fields an update never changes: identity, scope, the derived index text and the timestamps."""
+LIFECYCLE_FIELDS = frozenset({"source_ids", "status", "superseded_by", "valid_to"})
+"""Fields only the lifecycle operations set (supersede, merge_into, archive, decay, consolidation,
+the graph's closings and merges; `RecordAccess.revise` is their path): a user's or a model's
+`update` that set them could reactivate a superseded record beside its successor, point a record
+at a successor that never replaced it, or forge its provenance."""
+_LIFECYCLE_OPERATIONS = ("supersede (replace it by a new version: the old one closes its validity and links it), "
+                        "merge_into (fold a duplicate into the record that says the same), archive (take it out of "
+                        "retrieval) or delete (forget it)")
 
 MAX_TEXT_CHARS = 1_000_000
 """The longest value of any text field of a record (the records' own pydantic limit)."""
@@ -251,6 +263,37 @@ def check_changes(changes: object) -> dict[str, Any]:
     if isinstance(changes.get("tags"), list):
         _record_tags(changes["tags"])
     return dict(changes)
+
+
+def check_changeable(record_type: type[MemoryRecord], changes: Mapping[str, Any], *, lifecycle: bool) -> None:
+    """The fields an update may change: the type's own and the base's, never identity, scope, index
+    text or timestamps (`IMMUTABLE_FIELDS`); the lifecycle fields only with `lifecycle` (the
+    kernel's own operations, `RecordAccess.revise`)."""
+    bad = set(changes) & IMMUTABLE_FIELDS
+    unknown = set(changes) - set(record_type.model_fields)
+    if bad or unknown:
+        closed = IMMUTABLE_FIELDS if lifecycle else IMMUTABLE_FIELDS | LIFECYCLE_FIELDS
+        raise InvalidRecordError(f"cannot update {sorted(bad | unknown)} of a {record_type.memory_type} record; "
+                                 f"updatable fields: {sorted(set(record_type.model_fields) - closed)}")
+    if not lifecycle:
+        check_lifecycle_untouched(changes)
+
+
+def check_lifecycle_untouched(changes: Mapping[str, Any]) -> None:
+    """A user's or a model's update sets no lifecycle field (`LIFECYCLE_FIELDS`); the error names
+    the operation that does."""
+    fields = sorted(set(changes) & LIFECYCLE_FIELDS)
+    if fields:
+        raise InvalidRecordError(f"an update cannot change {fields}: a record's status, successor, provenance and end of "
+                                 f"validity change only through its lifecycle: {_LIFECYCLE_OPERATIONS}")
+
+
+def check_within_period(record: MemoryRecord, changes: Mapping[str, Any]) -> None:
+    """A user's update leaves a superseded record's `valid_from` as it was: its period, closed when
+    its successor replaced it, is what a question about the past is answered from."""
+    if "valid_from" in changes and record.status == "superseded":
+        raise InvalidRecordError(f"{record.memory_type} record {record.id} is superseded by {record.superseded_by}; "
+                                 "the period of a superseded record is history: change valid_from of its successor instead")
 
 
 def _record_tags(tags: list[Any]) -> None:

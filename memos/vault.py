@@ -334,8 +334,11 @@ class Vault:
                 drawn = not taken.isdisjoint(record.source_ids)
                 if record.id not in sources and not said_here and not drawn and any(x in record.index_text() for x in secrets):
                     continue
+                # what a user wrote, never an id or a status (a successor's id that held a secret's
+                # characters would be rewritten into a broken link; `update` refuses those fields)
                 changes = {f: _replace_all(v, secrets, marker) for f, v in record.model_dump().items()
-                           if isinstance(v, str) and f not in check.IMMUTABLE_FIELDS and any(x in v for x in secrets)}
+                           if isinstance(v, str) and f not in check.IMMUTABLE_FIELDS | check.LIFECYCLE_FIELDS
+                           and any(x in v for x in secrets)}
                 if not changes:
                     continue
                 taken.add(record.id)

@@ -356,7 +356,8 @@ async def test_an_embedder_returning_nan_is_refused_and_the_store_keeps_working(
 
 
 async def test_an_active_fact_whose_validity_ends_before_it_starts_is_refused(mem, alice, snapshot):
-    """The type accepted it and `mem.update` stored it: only an add checked (validation.check_validity)."""
+    """The type accepted it and `mem.update` stored it: only an add checked (validation.check_validity).
+    (`update` refuses valid_to itself, a lifecycle field: `revise` is the path that sets it.)"""
     march, january = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)
     with pytest.raises(ValueError, match="valid_to 2026-01-01.* is before valid_from 2026-03-01"):
         Fact(subject="Alice", summary="Alice lives in Lisbon", valid_from=march, valid_to=january)
@@ -365,10 +366,12 @@ async def test_an_active_fact_whose_validity_ends_before_it_starts_is_refused(me
     with pytest.raises(InvalidRecordError, match="valid_to .* is before valid_from"):  # one built without validation too
         await mem.add(alice, Fact.model_construct(subject="Alice", summary="Alice lives in Lisbon", valid_from=march, valid_to=january))
     assert await mem.list(alice, "semantic") == []
-    [lisbon] = await mem.add(alice, Fact(subject="Alice", summary="Alice lives in Lisbon", valid_from=march))
+    [lisbon] = await mem.add(alice, Fact(subject="Alice", summary="Alice lived in Lisbon", valid_from=january, valid_to=march))
     before = await snapshot(mem)
     with pytest.raises(InvalidRecordError, match="valid_to .* is before valid_from"):
-        await mem.update(alice, "semantic", lisbon.id, {"valid_to": january})
+        await mem.update(alice, "semantic", lisbon.id, {"valid_from": datetime(2026, 4, 1, tzinfo=UTC)})
+    with pytest.raises(InvalidRecordError, match="valid_to .* is before valid_from"):  # the lifecycle's own path checks it too
+        await mem.revise(alice, "semantic", lisbon.id, {"valid_to": datetime(2025, 12, 1, tzinfo=UTC)}, actor="test")
     assert await snapshot(mem) == before
     [fact] = await mem.add(alice, Fact(subject="Alice", summary="Alice will live in Rome", valid_from=datetime(2030, 1, 1, tzinfo=UTC)))
     [rome] = [await mem.supersede(alice, "semantic", fact.id, Fact(subject="Alice", summary="Alice will live in Milan"))]

@@ -257,8 +257,13 @@ def test_export_then_forget_the_user(memory):
     (InvalidRecordError, lambda api, s: api.supersede_sync(s, Fact, api.add_sync(s, Fact(subject="G", summary="G"))[0].id,
                                                            Procedure(summary="not a fact"))),
     (InvalidRecordError, lambda api, s: api.add_sync(s, Fact(subject="G", summary="G", user_id="someone-else"))),
+    # the lifecycle's fields (supersede, merge_into, archive, delete set them), refused by the client before a request
+    (InvalidRecordError, lambda api, s: api.update_sync(s, Fact, api.add_sync(s, Fact(subject="G", summary="G"))[0].id,
+                                                        {"status": "archived"})),
+    (InvalidRecordError, lambda api, s: api.update_sync(s, Fact, api.add_sync(s, Fact(subject="G", summary="G"))[0].id,
+                                                        {"superseded_by": "0" * 32, "valid_to": datetime(2026, 1, 1, tzinfo=UTC)})),
 ], ids=["not-found", "unknown-store", "unknown-store-in-search", "bad-k", "bad-id", "bad-value", "unknown-field",
-        "supersede-other-type", "record-of-another-scope"])
+        "supersede-other-type", "record-of-another-scope", "lifecycle-status", "lifecycle-successor"])
 def test_the_same_mistake_raises_the_same_class_both_ways(memory, error, call):
     raises_exactly(error, call, memory.api, memory.scope)
 

@@ -94,7 +94,7 @@ async def test_another_open_of_the_store_reads_a_meta_entry_at_once(tmp_path):
 
 async def test_a_write_by_key_finds_the_row_another_process_added(tmp_path):
     """A write by key (a merge, a delete) runs on the table's latest version when another process
-    committed since: an update of a record another open added a moment ago replaced its shared
+    committed since: an archive of a record another open added a moment ago replaced its shared
     search row instead of adding a second one beside it (the search kept finding it as it was)."""
     from memos.memtypes import Fact
 
@@ -105,7 +105,7 @@ async def test_a_write_by_key_finds_the_row_another_process_added(tmp_path):
     second = await MemoryOS.open(tmp_path / "db", embedder=None)
     await first.add(alice, [Fact(subject="x", summary="first")])  # the first open's handles are at this version
     [fact] = await second.add(alice, [Fact(subject="x", summary="a cat named Tom")])
-    await first.update(alice, "semantic", fact.id, {"status": "archived"})
+    await first.archive(alice, "semantic", fact.id)
     table = second.storage.search.table
     await table.checkout_latest()
     shared = await table.query().where(f"id = '{fact.id}'").select(["status"]).to_arrow()

@@ -56,12 +56,12 @@ async def test_held_answers_are_lancedbs_and_follow_every_write(mem: MemoryOS) -
         same(*await both(mem, "hiking in the hills", where))
     assert held.loads == 1 and held.hits >= 2 and held.held_rows() == 12
 
-    # an add, an update that leaves the filter (status), a supersede, a delete: each one seen at once
+    # an add, an archive that leaves the filter (status), a supersede, a delete: each one seen at once
     [new] = await mem.add(ALICE, [Fact(subject="trip", summary="alice went hiking in the Alps")])
     plain, found = await both(mem, "hiking in the Alps", where)
     same(plain, found)
     assert found[0]["id"] == new.id
-    await mem.update(ALICE, "semantic", facts[0].id, {"status": "archived"})
+    await mem.archive(ALICE, "semantic", facts[0].id)
     await mem.supersede(ALICE, "semantic", facts[4].id, Fact(subject="topic 4", summary="alice gave up hiking for cycling"))
     await mem.delete(ALICE, "semantic", new.id)
     loads = held.loads
@@ -124,8 +124,8 @@ async def test_another_process_writes_are_caught_up_from_its_notices(db_path, em
     same(plain, found)
     assert found[0]["id"] == new.id and held.held_rows() == 4  # the other's rows read again, not the whole filter
     assert held.loads == 1 and held.catch_ups >= 1
-    # an update that leaves the filter, a supersede, a delete, and this process's own write between them
-    await other.update(ALICE, "semantic", tom.id, {"status": "archived"})
+    # an archive that leaves the filter, a supersede, a delete, and this process's own write between them
+    await other.archive(ALICE, "semantic", tom.id)
     await one.add(ALICE, [Fact(subject="pets", summary="alice feeds the cats at seven")])
     leo2 = await other.supersede(ALICE, "semantic", leo.id, Fact(subject="pets", summary="alice's cat Leo is now called Leon"))
     await other.delete(ALICE, "semantic", mia.id)
@@ -332,10 +332,10 @@ async def test_held_full_text_answers_are_lancedbs_and_follow_every_write(mem: M
         assert all("bob" not in r["record"] for r in found)  # bob's rows count in the terms, never in the hits
     assert not (await both_text(mem, "the of", where))[1]  # stop words only: nothing, as LanceDB
 
-    # an add, an update that leaves the filter, a supersede, a delete, and another user's add
+    # an add, an archive that leaves the filter, a supersede, a delete, and another user's add
     loads = held.loads
     [new] = await mem.add(ALICE, [Fact(subject="cats", summary="alice adopted two cats who love running")])
-    await mem.update(ALICE, "semantic", facts[1].id, {"status": "archived"})
+    await mem.archive(ALICE, "semantic", facts[1].id)
     await mem.supersede(ALICE, "semantic", facts[2].id, Fact(subject="running", summary="alice stopped running; she swims"))
     await mem.delete(ALICE, "semantic", facts[7].id)
     await mem.add(BOB, [Fact(subject="bob", summary="bob's cats love running and cats and more cats")])
@@ -615,7 +615,7 @@ async def test_two_opens_writing_and_searching_in_turn_answer_as_lancedb(db_path
             [fact] = await mem.add(scope, [Fact(subject=rng.choice(words), summary=summary)])
             live[scope].append(fact.id)
         elif roll < 0.55:
-            await mem.update(scope, "semantic", live[scope].pop(rng.randrange(len(live[scope]))), {"status": "archived"})
+            await mem.archive(scope, "semantic", live[scope].pop(rng.randrange(len(live[scope]))))
         elif roll < 0.62:
             old = live[scope].pop(rng.randrange(len(live[scope])))
             live[scope].append((await mem.supersede(scope, "semantic", old, Fact(subject="new", summary=f"{rng.choice(words)} again"))).id)

@@ -97,12 +97,14 @@ class AsyncClient:
     async def update(self, scope: Scope, memory_type: TypeRef, record_id: str, changes: dict[str, Any], *, actor: str = "user",
                      clearance: str = "high", approved_by: str | None = None) -> MemoryRecord:
         """Change fields of a record; returns it updated. A vault item's secret or sensitivity changes
-        within the key's clearance; `approved_by` (lowering one) needs the operator's approval on the server."""
+        within the key's clearance; `approved_by` (lowering one) needs the operator's approval on the server.
+        The lifecycle fields are refused as `MemoryOS.update` refuses them, before a request is sent."""
         if approved_by is not None:
             raise ConfigError("over HTTP an approval is the operator's admin key in X-Memos-Approval, not a name: "
                               "lower a vault item's sensitivity with that header (docs/serving.md)")
         path = self._record_path(memory_type, record_id)
         changes = check.check_changes(changes)
+        check.check_lifecycle_untouched(changes)
         result: MemoryRecord = self.registry.record(await self.request("PATCH", path, check.check_scope(scope),
                                                                      json=wire.jsonable(changes)))
         return result

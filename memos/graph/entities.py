@@ -63,6 +63,9 @@ class GraphHost(Protocol):
     async def update(self, scope: Scope, memory_type: type[R], record_id: str, changes: dict[str, Any], *,
                      actor: str = ...) -> R: ...
 
+    async def revise(self, scope: Scope, memory_type: type[R], record_id: str, changes: dict[str, Any], *,
+                     actor: str) -> R: ...
+
     async def get(self, scope: Scope, memory_type: type[R], record_id: str) -> R: ...
 
     async def stored_vectors(self, scope: Scope, memory_type: Any, *, status: str = ...) -> dict[str, list[float]]: ...
@@ -210,7 +213,7 @@ class EntityGraph:
             changes["source_ids"] = list(dict.fromkeys([*existing.source_ids, *source_ids]))
         if not changes:
             return existing
-        return await self.memory.update(_owner(existing), Entity, existing.id, {**changes, "last_seen": now}, actor=actor)
+        return await self.memory.revise(_owner(existing), Entity, existing.id, {**changes, "last_seen": now}, actor=actor)
 
     async def _by_vector(self, scope: Scope, name: str, kind: str) -> Entity | None:
         if self.memory.embedder is None or not await self.storage.has_rows("entity"):
@@ -257,7 +260,7 @@ class EntityGraph:
             if (target and rel.object_id == target.id) or normal_name(rel.object) == normal_name(object_name):
                 if set(source_ids) <= set(rel.source_ids):
                     return rel
-                return await self.memory.update(_owner(rel), Relation, rel.id, {
+                return await self.memory.revise(_owner(rel), Relation, rel.id, {
                     "source_ids": list(dict.fromkeys([*rel.source_ids, *source_ids]))}, actor=actor)
         relation = Relation(subject=subj.name, subject_id=subj.id, predicate=predicate, object=object_name,
                             object_id=target.id if target else "", valid_from=when, source_ids=list(source_ids))
@@ -284,7 +287,7 @@ class EntityGraph:
         return end
 
     async def _close(self, rel: Relation, when: datetime, by: str | None, actor: str) -> Relation:
-        return await self.memory.update(_owner(rel), Relation, rel.id,
+        return await self.memory.revise(_owner(rel), Relation, rel.id,
                                         {"status": "superseded", "valid_to": when, "superseded_by": by}, actor=actor)
 
     async def merge_entities(self, scope: Scope, keep_id: str, drop_ids: Sequence[str], *, actor: str = "user") -> Entity:
@@ -299,7 +302,7 @@ class EntityGraph:
                                      "only entities of one user, agent and session merge")
         aliases = list(dict.fromkeys([*keep.aliases, *(n for d in drops for n in (d.name, *d.aliases))]))
         aliases = [a for a in aliases if normal_name(a) != normal_name(keep.name)]
-        merged = await self.memory.update(_owner(keep), Entity, keep.id, {
+        merged = await self.memory.revise(_owner(keep), Entity, keep.id, {
             "aliases": aliases,
             "mentions": list(dict.fromkeys([*keep.mentions, *(m for d in drops for m in d.mentions)]))[-MAX_MENTIONS:],
             "source_ids": list(dict.fromkeys([*keep.source_ids, *(s for d in drops for s in d.source_ids)])),
@@ -315,7 +318,7 @@ class EntityGraph:
                 if rel.object_id == drop.id:
                     changes.update(object_id=keep.id, object=keep.name)
                 await self.memory.update(_owner(rel), Relation, rel.id, changes, actor=actor)
-            await self.memory.update(_owner(drop), Entity, drop.id,
+            await self.memory.revise(_owner(drop), Entity, drop.id,
                                      {"status": "superseded", "superseded_by": keep.id, "valid_to": now}, actor=actor)
         return merged
 
