@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import ValidationError
 
-from memos.context.block_labels import labels_claimed
+from memos.context.block_labels import check_label_kept, labels_claimed
 from memos.retrieval.ranking import RankingPolicy
 from memos.store.history import history_row
 from memos.store.lancedb.deletion import finish_deletes
@@ -262,6 +262,7 @@ class RecordAccess:
 
         async def attempt() -> MemoryRecord:
             record = await self._load(scope, memory_type, record_id)
+            check_label_kept(record, changes)
             if not lifecycle:
                 check.check_within_period(record, changes)
             revised = self._revalidate(record, {**changes, "updated_at": self.stamp(record)})

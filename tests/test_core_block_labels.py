@@ -105,3 +105,16 @@ async def test_the_servers_add_of_a_taken_label_is_a_422_naming_it(mem, snapshot
             assert r.status_code == 422 and r.json()["error"]["type"] == "invalid_record", r.text
             assert "core_memory_append" in r.json()["error"]["message"]
         assert await snapshot(mem) == before
+
+
+async def test_an_update_cannot_relabel_a_block_onto_another(mem, snapshot):
+    """`update` could set a block's label to another block's: two active blocks of one label, one hidden."""
+    core = CoreMemory(mem, AGENT)
+    await core.append("human", "Name: Alice", actor="agent")
+    [notes] = await mem.add(AGENT, CoreBlock(label="notes", value="todo: tea"))
+    before = await snapshot(mem)
+    for label in ("human", "plans"):
+        with pytest.raises(InvalidRecordError, match=r"cannot be relabelled"):
+            await mem.update(AGENT, "core", notes.id, {"label": label})
+    assert await snapshot(mem) == before
+    assert (await mem.update(AGENT, "core", notes.id, {"label": "notes", "value": "todo: cake"})).value == "todo: cake"

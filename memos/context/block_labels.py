@@ -23,7 +23,7 @@ from memos.memtypes import CoreBlock, MemoryRecord
 from memos.store.protocol import Store
 from memos.store.scope import Scope, Where
 
-__all__ = ["check_labels_free", "check_successor", "labels_claimed", "lock_key"]
+__all__ = ["check_label_kept", "check_labels_free", "check_successor", "labels_claimed", "lock_key"]
 
 
 def lock_key(user_id: str, label: str) -> str:
@@ -75,3 +75,12 @@ def check_successor(old: MemoryRecord, new: MemoryRecord) -> None:
 def _scope_name(user_id: str, agent_id: str, session_id: str) -> str:
     name = str(Scope(user_id, agent_id or None, session_id or None))
     return name if agent_id else f"{name} (no agent: the user-wide blocks)"
+
+
+def check_label_kept(record: MemoryRecord, changes: dict[str, object]) -> None:
+    """An update keeps a core block's label: relabelled, it could take the place of another active
+    block of that label in the prompt (two blocks of one label, the first hidden)."""
+    if isinstance(record, CoreBlock) and "label" in changes and changes["label"] != record.label:
+        raise InvalidRecordError(f"core block {record.label!r} cannot be relabelled {changes['label']!r}: a label names "
+                                 "its block; create a block with the new label (CoreMemory.create) and archive this one")
+
