@@ -5,41 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _scripted import Script, plan
 from memos.agents import MemoryManager, memory_capability
 from memos.memtypes import Fact
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import FunctionModel
 
 from memos import MemoryOS, Scope
 
 SCOPE = Scope("alice", "bot", "s1")
 
 
-class Script:
-    """A FunctionModel that counts its requests and answers from a list of canned responses."""
-
-    def __init__(self, *responses) -> None:
-        self.responses = list(responses)
-        self.requests: list[list] = []
-
-    def __call__(self, messages, info: AgentInfo) -> ModelResponse:
-        self.requests.append(messages)
-        item = self.responses.pop(0) if self.responses else "ok"
-        return item(messages, info) if callable(item) else (item if isinstance(item, ModelResponse) else ModelResponse(parts=[TextPart(item)]))
-
-    @property
-    def model(self) -> FunctionModel:
-        return FunctionModel(self)
-
-
 def tool(name, **args):
     return ModelResponse(parts=[ToolCallPart(name, args)])
-
-
-def plan(*actions):
-    return lambda messages, info: ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"actions": list(actions)})])
 
 
 def last_tool_result(messages) -> str:

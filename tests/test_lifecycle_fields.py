@@ -13,11 +13,10 @@ from datetime import UTC, datetime
 
 import httpx2 as httpx
 import pytest
+from _scripted import Script, plan
 from memos.agents import MemoryManager
 from memos.memtypes import Fact
 from pydantic_ai.exceptions import UnexpectedModelBehavior
-from pydantic_ai.messages import ModelResponse, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from memos import Scope
 from memos.exceptions import InvalidRecordError, RecordSupersededError
@@ -94,26 +93,6 @@ async def test_a_patch_of_a_lifecycle_field_is_a_422_naming_the_operation_and_ch
             assert "supersede" in error["message"], error
         assert await snapshot(mem) == before
         assert (await http.get(f"/v1/stores/semantic/{old['id']}", headers=alice)).json()["status"] == "active"
-
-
-def plan(*actions):
-    return lambda messages, info: ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"actions": list(actions)})])
-
-
-class Script:
-    """A FunctionModel answering from canned plans; keeps what each request was shown."""
-
-    def __init__(self, *responses) -> None:
-        self.responses = list(responses)
-        self.requests: list[list] = []
-
-    def __call__(self, messages, info: AgentInfo) -> ModelResponse:
-        self.requests.append(messages)
-        return self.responses.pop(0)(messages, info)
-
-    @property
-    def model(self) -> FunctionModel:
-        return FunctionModel(self)
 
 
 @pytest.mark.parametrize("changes", [{"valid_to": "2026-01-01T00:00:00Z"}, {"status": "superseded"},
