@@ -8,7 +8,7 @@ import pytest
 from memos.memtypes import Episode, Fact
 
 from memos.retrieval.packing import pack, render_hits
-from memos.retrieval.pleasantries import without_pleasantries
+from memos.retrieval.pleasantries import LONGEST, without_pleasantries
 from memos.retrieval.ranking import Hit
 from memos.store.scope import Scope
 from memos.tokens import tokenizer_for
@@ -51,6 +51,12 @@ def test_what_is_not_only_pleasantries_is_kept(said):
 ])
 def test_chinese_and_mixed_pleasantries(said, packed):
     assert without_pleasantries(said) == packed
+
+
+def test_a_long_text_is_packed_as_it_is():
+    essay = "Thanks! " + "The migration plan has three stages and each one is reversible. " * (LONGEST // 60)
+    assert len(essay) > LONGEST and without_pleasantries(essay) == essay
+    assert without_pleasantries(essay[:LONGEST]).startswith("The migration plan")
 
 
 def turn(text: str, hour: int, actor: str) -> Hit:
