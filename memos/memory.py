@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
@@ -186,8 +186,6 @@ class MemoryOS(KernelServices):
         leave it unset for a fresh one. A secret field's value must not appear in the record's
         other fields (`InvalidRecordError`); a core block's label must be free in `scope` (`DuplicateBlockError`).
         A new record is not superseded already (`check_not_superseded`)."""
-        records = list(records) if isinstance(records, Iterator) else records  # read once, checked whole
-        check.check_not_superseded(records)
         return await self._add(scope, records, actor=actor)
 
     @overload
@@ -218,7 +216,6 @@ class MemoryOS(KernelServices):
         """Replace a record by a new one: the old closes its validity and links its successor."""
         check.check_scope(scope)
         check.check_record(new)
-        check.check_not_superseded(new)
         async with self.exclusive(f"supersede\x1f{validate_record_id(old_id)}"):  # one successor a record, whoever asks at once
             old = _supersedable(await self._load(scope, memory_type, old_id), new)
             now = self.clock()

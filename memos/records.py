@@ -99,6 +99,7 @@ class RecordAccess:
         for record in items:
             self.record_type(type(record))
             check.check_secret_not_exposed(record, {f: getattr(record, f) for f in record.secret_fields})
+            check.check_not_superseded(record)
             for field, value in scope.stamp().items():
                 current = getattr(record, field)
                 if current and current != value:

@@ -289,16 +289,15 @@ def check_lifecycle_untouched(changes: Mapping[str, Any]) -> None:
                                  f"validity change only through its lifecycle: {_LIFECYCLE_OPERATIONS}")
 
 
-def check_not_superseded(records: MemoryRecord | Iterable[MemoryRecord]) -> None:
-    """A record a user or a model adds (or supersedes another with) is no one's old version: its
+def check_not_superseded(record: MemoryRecord) -> None:
+    """A record added (`add`, or the new version `supersede` adds) is no one's old version: its
     status is not "superseded" and it names no successor. Only `supersede` and `merge_into` make
     such a record; added as one it would point at a successor that never replaced it (an import
     carries its records' lifecycle as exported, through its own path)."""
-    for record in [records] if isinstance(records, MemoryRecord) else records if isinstance(records, list | tuple) else []:
-        if isinstance(record, MemoryRecord) and (record.status == "superseded" or record.superseded_by):
-            raise InvalidRecordError(f"{record.memory_type} record {record.id} is added as superseded"
-                                     f"{f' by {record.superseded_by}' if record.superseded_by else ''}; a new record is "
-                                     f"active (or archived): a record becomes superseded only through {_LIFECYCLE_OPERATIONS}")
+    if record.status == "superseded" or record.superseded_by:
+        raise InvalidRecordError(f"{record.memory_type} record {record.id} is added as superseded"
+                                 f"{f' by {record.superseded_by}' if record.superseded_by else ''}; a new record is "
+                                 f"active (or archived): a record becomes superseded only through {_LIFECYCLE_OPERATIONS}")
 
 
 def check_within_period(record: MemoryRecord, changes: Mapping[str, Any]) -> None:

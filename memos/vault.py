@@ -314,6 +314,7 @@ class Vault:
         taken = set(sources)  # the records the secret is taken out of: one drawn from them holds a copy
         if await self._scrub_summaries(scope.user_id, secrets, marker):
             await storage.purge_old_versions(memory.turn_type)  # the meta table's old versions with it
+        conversations = Scope(scope.user_id, scope.agent_id)  # its agent's (and the user-wide) turns, every session
         for name in sorted(memory.types, key=lambda n: n != memory.turn_type):  # the turns first, then what is drawn from them
             record_type = memory.types[name]
             if record_type.secret_fields:
@@ -325,7 +326,6 @@ class Vault:
                 continue
             rows = await storage.rows(name, Where(user).id_in(sorted(holders)).build())
             table = storage.type_table(name)
-            conversations = Scope(scope.user_id, scope.agent_id)  # its agent's (and the user-wide) turns, every session
             for record in (table.to_record(r) for r in rows):
                 said_here = name == memory.turn_type and (
                     (scope.session_id is not None and (record.agent_id, record.session_id) == (scope.agent_id, scope.session_id))
@@ -360,8 +360,6 @@ class Vault:
                 await self.memory.set_state(key, _replace_in_json(value, secrets, marker) or value)
                 changed = True
         return changed
-
-
 
 
 def _replace_all(text: str | None, secrets: list[str], marker: str) -> str | None:
