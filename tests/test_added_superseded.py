@@ -20,6 +20,8 @@ async def test_a_record_cannot_be_added_or_supersede_as_superseded(mem, snapshot
         await mem.add(ALICE, [Fact(subject="Alice", summary="Alice has a cat"), Fact(subject="Alice", summary="x", **fields)])
     with pytest.raises(InvalidRecordError, match="superseded"):
         await mem.add(ALICE, (f for f in [Fact(subject="Alice", summary="x", **fields)]))
+    with pytest.raises(InvalidRecordError, match="superseded"):  # any iterable of records, not only a list
+        await mem.add(ALICE, {"x": Fact(subject="Alice", summary="x", **fields)}.values())
     with pytest.raises(InvalidRecordError, match="superseded"):
         await mem.supersede(ALICE, "semantic", old.id, Fact(subject="Alice", summary="Alice lives in Lisbon", **fields))
     assert await snapshot(mem) == before
