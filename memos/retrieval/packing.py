@@ -131,15 +131,26 @@ def choose(sizes: Sequence[MemorySize], budget: int, separator_tokens: int = 0, 
     return kept
 
 
-def pack(hits: Sequence[Hit], budget: int, count_tokens: Callable[[str], int], separator_tokens: int = 0) -> list[Hit]:
+def pack(hits: Sequence[Hit], budget: int, count_tokens: Callable[[str], int], separator_tokens: int = 0,
+         replan: Callable[[Sequence[Hit], list[int]], Sequence[Hit] | None] | None = None) -> list[Hit]:
     """The hits that fit in `budget` tokens when rendered by `render_hits`, in rank order.
 
     Each kept hit gets `text` (its line) and `tokens` (what adding it cost, heading included).
+    `replan`, given the hits and the indexes of those that fit, may return them in another order
+    (with others added: `memos.retrieval.gaps`), planned again in its place.
     """
     if budget <= 0:
         return []
+    sizes = measure(hits, count_tokens)
+    chosen = choose(sizes, budget, separator_tokens)
+    if replan is not None and (again := replan(hits, [index for index, _ in chosen])) is not None:
+        known = {id(hit): size for hit, size in zip(hits, sizes, strict=True)}
+        new = [hit for hit in again if id(hit) not in known]
+        known |= {id(hit): size for hit, size in zip(new, measure(new, count_tokens), strict=True)}
+        hits, sizes = again, [known[id(hit)] for hit in again]
+        chosen = choose(sizes, budget, separator_tokens)
     kept = []
-    for index, cost in choose(measure(hits, count_tokens), budget, separator_tokens):
+    for index, cost in chosen:
         hits[index].tokens = cost
         kept.append(hits[index])
     while kept and count_tokens(render_hits(kept)) > budget:  # BPE merges across lines, in theory

@@ -52,6 +52,10 @@ class RankingPolicy:
     """With a token budget, one best turn brings its neighbours per this many tokens (a small
     budget is better spent on more hits than on context). 500 since named speakers are
     favoured: the reply a favoured turn got, from the other speaker, comes along at 500 too."""
+    gap_tokens: int = 25
+    """With a token budget, a turn said between two packed turns (read with the neighbours) is
+    packed right behind the later of them when its line costs at most this many tokens: the short
+    reply or question they frame (`memos.retrieval.gaps`). 0 turns it off."""
     neighbour_window_minutes: float = 30.0
     """How far apart two turns of one session can be and still be neighbours."""
     graph_weight: float = 0.3
@@ -71,6 +75,10 @@ class RankingPolicy:
     """Multiplier 1 + w, in top-k searches, for the hits whose text carries the kind of answer the
     query asks for: a time for "when" (`什么时候`), a number for "how many / how long" (`多少`,
     `多久`), a quoted title for a book, song or film (`memos.retrieval.answer_types`); 0 turns it off."""
+    name_weight: float = 1.0
+    """Multiplier 1 + w, in budgeted searches for a question that asks for a name (who, where, "the
+    names of", `谁`, `哪里`, `叫什么`), for the hits whose own words say a name other than the
+    speakers' (`memos.retrieval.proper_names`); 0 turns it off."""
     addressed_share: float = 0.1
     """In budgeted searches, the conversation turns are searched (vector and full-text) without
     the names of the speakers the query names that the other speakers call them by, in at least

@@ -29,7 +29,8 @@ from memos.time_bounds import shift
 from .aggregation import aggregates, spread_sessions
 from .answer_types import expected_answer, favour_answers
 from .budget_share import affordable, line_limit, priced
-from .packing import pack
+from .gaps import with_gaps
+from .packing import pack, packed_line
 from .passages import (
     PASSAGES,
     as_turn_matches,
@@ -39,6 +40,7 @@ from .passages import (
     turn_of,
     without_repeats,
 )
+from .proper_names import favour_names
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
 from .replies import session_turns, with_replies
 from .same_subject import with_same_subject
@@ -225,8 +227,9 @@ async def search(
         if lift and turns is not None:
             candidates = as_turn_matches(candidates, turns, best_passages)
         hits = fuse(candidates, for_language(request.policy, query, embedder), now, window, depth=per_list)
-        if request.budget_tokens is not None:  # a budgeted search has its candidates' rows (speakers) at hand
-            return favour_speakers(hits, query, request.policy.speaker_weight)
+        if request.budget_tokens is not None:  # a budgeted search has its candidates' rows (speakers, words) at hand
+            hits = favour_speakers(hits, query, request.policy.speaker_weight)
+            return favour_names(hits, query, request.policy.name_weight)
         # a top-k search favours the hits that carry the kind of answer asked for (a budgeted one
         # measured no gain from it: docs/languages.md)
         return favour_answers(hits, query, request.policy.answer_weight)
@@ -253,11 +256,16 @@ async def search(
         hits = spread_sessions(hits, request.policy.session_spread)  # coverage across sessions first
     if request.budget_tokens is not None and turns in wheres:
         hits = await _second_round(storage, request, hits, turns, wheres)
+    stretches: list[list[Any]] = []
     if request.policy.neighbours and turns is not None:
-        hits = await _with_neighbours(storage, request, hits, turns, count_tokens)
+        hits, stretches = await _with_neighbours(storage, request, hits, turns, count_tokens)
     if request.budget_tokens is not None:
         hits = without_repeats(hits) if PASSAGES in request.types else hits
-        return pack(hits, request.budget_tokens, count_tokens)
+        gap = request.policy.gap_tokens
+        return pack(hits, request.budget_tokens, count_tokens,  # an excerpt without holes (memos.retrieval.gaps)
+                    replan=lambda ranked, kept: with_gaps(ranked, kept, stretches, turns or "",
+                                                          lambda hit: count_tokens(packed_line(hit.record)), gap)
+                    if stretches and turns is not None and gap > 0 else None)
     if request.replies and turns is not None:  # a question its reply, an exchange its other half (memos.retrieval.replies)
         return await with_replies(storage, request.scope, request.statuses, request.policy.neighbour_window_minutes,
                                   hits[: request.k], turns)
@@ -440,24 +448,30 @@ def _line_limit(request: SearchRequest) -> float | None:
 
 
 async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hit], turns_store: str,
-                           count_tokens: Callable[[str], int]) -> list[Hit]:
+                           count_tokens: Callable[[str], int]) -> tuple[list[Hit], list[list[Any]]]:
     """Put the turn before and after each of the best turns right behind it (one extra query),
-    each that costs at most `RankingPolicy.budget_share` of the budget (context the budget affords)."""
+    each that costs at most `RankingPolicy.budget_share` of the budget (context the budget affords);
+    and the stretches of conversation read for it (each best turn's window, in order)."""
     policy = request.policy
     if request.budget_tokens is None:  # a top-k search returns k records, not context around them
-        return hits
+        return hits, []
     count = min(policy.neighbours, request.budget_tokens // max(1, policy.neighbour_budget_tokens))
     anchors = [h for h in hits if (h.memory_type == turns_store and getattr(h.record, "event_type", "") == "message")
                or h.memory_type == PASSAGES][:count]  # a passage stands for its turn
     if not anchors:
-        return hits
+        return hits, []
     reach = timedelta(minutes=policy.neighbour_window_minutes)
     limit = _line_limit(request)
     by_session = await session_turns(storage, request.scope, request.statuses, turns_store,
                                      [(shift(a.record.event_time(), -reach), shift(a.record.event_time(), reach)) for a in anchors])
     extra: dict[str, list[Hit]] = {}
+    stretches: list[list[Any]] = []
     for anchor in anchors:
         turns = by_session.get((anchor.record.user_id, anchor.record.agent_id, anchor.record.session_id), [])
+        # the anchor's own window, where every turn was read: turns next to each other in it are
+        # next to each other in the conversation
+        when = anchor.record.event_time()
+        stretches.append([t for t in turns if abs(t.event_time() - when) <= reach])
         ids = [t.id for t in turns]
         if turn_of(anchor) not in ids:
             continue
@@ -483,4 +497,4 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
                     neighbour = found[neighbour.id]
                 out.append(neighbour)
                 seen.add(neighbour.id)
-    return out
+    return out, stretches
