@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from memos import Scope
 from memos.memtypes import Episode
 from memos.retrieval.proper_names import asks_name, favour_names, says_name

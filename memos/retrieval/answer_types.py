@@ -19,7 +19,7 @@ from typing import Literal
 
 from memos.store.fulltext import MARK
 
-from .ranking import Hit, RowView
+from .ranking import Hit, RowView, boosted
 from .temporal import mentions_time
 
 __all__ = ["AnswerKind", "carries", "expected_answer", "favour_answers"]
@@ -74,13 +74,7 @@ def favour_answers(hits: Sequence[Hit], query: str, weight: float) -> list[Hit]:
     kind = expected_answer(query) if weight > 0 else None
     if kind is None:
         return list(hits)
-    changed = False
-    for hit in hits:
-        if carries(_text(hit), kind):
-            hit.score *= 1.0 + weight
-            hit.parts["answer_kind"] = 1.0
-            changed = True
-    return sorted(hits, key=lambda hit: (-hit.score, hit.record.id)) if changed else list(hits)
+    return boosted(hits, lambda hit: carries(_text(hit), kind), weight, "answer_kind")
 
 
 def _text(hit: Hit) -> str:

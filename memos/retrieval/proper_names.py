@@ -24,7 +24,8 @@ from collections.abc import Iterable, Sequence
 
 from memos.store.fulltext import MARK
 
-from .ranking import Hit, RowView
+from .ranking import Hit, RowView, boosted
+from .speakers import speaker_of
 
 __all__ = ["asks_name", "favour_names", "says_name"]
 
@@ -94,21 +95,9 @@ def favour_names(hits: Sequence[Hit], query: str, weight: float) -> list[Hit]:
     query asks for a name."""
     if weight <= 0 or not asks_name(query):
         return list(hits)
-    names = [*{_speaker(hit) for hit in hits}, *_QUESTION_WORDS.findall(query)]
-    changed = False
-    for hit in hits:
-        if says_name(_own_words(hit), names):
-            hit.score *= 1.0 + weight
-            hit.parts["says_name"] = 1.0
-            changed = True
-    return sorted(hits, key=lambda hit: (-hit.score, hit.record.id)) if changed else list(hits)
-
-
-def _speaker(hit: Hit) -> str:
-    """Who said a hit's record ('' for nobody): its first name is a name the conversation is full of."""
-    record = hit.record
-    actor = record.row.get("actor") if isinstance(record, RowView) else getattr(record, "actor", "")
-    return (actor or "").split(" ")[0]
+    # the speakers' first names: the names a conversation is full of
+    names = [*{speaker_of(hit).split(" ")[0] for hit in hits}, *_QUESTION_WORDS.findall(query)]
+    return boosted(hits, lambda hit: says_name(_own_words(hit), names), weight, "says_name")
 
 
 def _own_words(hit: Hit) -> str:

@@ -15,7 +15,7 @@ from memos.memtypes import MemoryRecord
 
 from .temporal import TimeWindow
 
-__all__ = ["Candidate", "Hit", "RankingPolicy", "RowView", "fuse", "rank_rows"]
+__all__ = ["Candidate", "Hit", "RankingPolicy", "RowView", "boosted", "fuse", "rank_rows"]
 
 
 @dataclass(frozen=True)
@@ -171,6 +171,20 @@ class Hit:
     @property
     def source_ids(self) -> list[str]:
         return list(self.record.source_ids)
+
+
+def boosted(hits: Sequence[Hit], chosen: Callable[[Hit], bool], weight: float, part: str) -> list[Hit]:
+    """`hits` with the `chosen` ones scored (1 + weight) times higher and marked with `part`, best
+    first again (ties by record id); in their order when none is chosen. A boost, never a filter:
+    the speaker, answer-kind and name multipliers (`memos.retrieval.speakers`, `answer_types`,
+    `proper_names`)."""
+    changed = False
+    for hit in hits:
+        if chosen(hit):
+            hit.score *= 1.0 + weight
+            hit.parts[part] = 1.0
+            changed = True
+    return sorted(hits, key=lambda hit: (-hit.score, hit.record.id)) if changed else list(hits)
 
 
 def fuse(candidates: Sequence[Candidate], policy: RankingPolicy, now: datetime, window: TimeWindow | None = None,

@@ -30,9 +30,9 @@ import pyarrow.compute as pc
 
 from memos.store.fulltext import has_cjk
 
-from .ranking import Hit, RowView
+from .ranking import Hit, RowView, boosted
 
-__all__ = ["ROLES", "SpeakerTally", "favour_speakers", "named_speakers", "without_speakers"]
+__all__ = ["ROLES", "SpeakerTally", "favour_speakers", "named_speakers", "speaker_of", "without_speakers"]
 
 ROLES = frozenset({"user", "assistant", "system", "tool", "agent", "ai", "bot", "ingest"})
 """Speakers that are roles, not names: a query saying "user" does not name a person, and the
@@ -155,18 +155,14 @@ def favour_speakers(hits: Sequence[Hit], query: str, weight: float) -> list[Hit]
     """`hits` with the turns of the speakers the query names scored (1 + weight) times higher,
     best first again (ties by record id). Hits without a speaker (facts, documents) keep their
     score."""
-    speakers = {actor for hit in hits if (actor := _speaker(hit))}
+    speakers = {actor for hit in hits if (actor := speaker_of(hit))}
     named = named_speakers(query, speakers) if weight > 0 else set()
     if not named or named == speakers:
         return list(hits)
-    for hit in hits:
-        if _speaker(hit) in named:
-            hit.score *= 1.0 + weight
-            hit.parts["named_speaker"] = 1.0
-    return sorted(hits, key=lambda hit: (-hit.score, hit.record.id))
+    return boosted(hits, lambda hit: speaker_of(hit) in named, weight, "named_speaker")
 
 
-def _speaker(hit: Hit) -> str:
+def speaker_of(hit: Hit) -> str:
     """Who said a hit's record ('' if nobody did), from the record or from its row as read."""
     if isinstance(hit.record, RowView):
         return hit.record.row.get("actor") or ""
