@@ -29,6 +29,7 @@ from pydantic_core import to_json
 from memos import prompts
 from memos.context.session import MemorySession
 from memos.exceptions import ConfigError
+from memos.jobs.partition import user_jobs_lock
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 
@@ -120,10 +121,14 @@ class MemosCapability(Capability[Any]):
         return result
 
     async def _manage(self, turns: list[Episode]) -> None:
-        """Run the memory manager on this run's turns; a failure is logged and kept in history."""
+        """Run the memory manager on this run's turns, holding the user's job lock (as a chat's manager,
+        extraction and reflection do): forgetting the user waits for the run and erases what it
+        wrote, and a consolidation of the user does not change the records between the plan's check
+        and its writes. A failure is logged and kept in history."""
         assert self.manager is not None
         try:
-            await self.manager.run(turns)
+            async with self.session.memory.exclusive(user_jobs_lock(self.session.scope.user_id)):
+                await self.manager.run(turns)
         except Exception as exc:  # noqa: BLE001 - not swallowed: logged and kept as a job outcome in history
             error = f"{type(exc).__name__}: {exc}"
             log.error("memory manager failed on %d mounted turns: %s", len(turns), error)

@@ -3,6 +3,8 @@ the turns a run records and the memory manager run on them."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from memos.agents import memory_capability
 from memos.memtypes import Fact, VaultItem
@@ -13,6 +15,7 @@ from pydantic_ai.models.test import TestModel
 
 from memos import Scope
 from memos.exceptions import ConfigError
+from memos.portability import forget_user
 
 SCOPE = Scope("alice", "helper", "s1")
 PROMPT = "When is my flight to Oslo?"
@@ -102,6 +105,25 @@ async def test_a_mounted_manager_keeps_what_the_recorded_turns_say(mem):
     [fact] = await mem.list(Scope("alice"), "semantic")
     assert isinstance(fact, Fact) and fact.summary == "Alice flies to Oslo on 3 March"
     assert sorted(fact.source_ids) == sorted(t.id for t in turns) and len(turns) == 2
+
+
+async def test_forgetting_the_user_waits_for_a_mounted_managers_run_and_erases_what_it_wrote(mem):
+    started, go = asyncio.Event(), asyncio.Event()
+
+    async def slow_plan(messages, info: AgentInfo) -> ModelResponse:
+        started.set()
+        await go.wait()  # the manager's model is slow: the user is forgotten meanwhile
+        return plan(messages, info)
+
+    capability = await memory_capability(mem, SCOPE, manager=FunctionModel(slow_plan))
+    run = asyncio.create_task(Agent(answer("On 3 March at 07:40."), capabilities=[capability]).run(PROMPT))
+    await asyncio.wait_for(started.wait(), 30)
+    forget = asyncio.create_task(forget_user(mem, "alice"))
+    await asyncio.sleep(0.3)
+    assert not forget.done()  # it waits for the manager's run (the user's job lock)
+    go.set()
+    await asyncio.wait_for(asyncio.gather(run, forget), 60)
+    assert await mem.list(Scope("alice"), "semantic") == [] and await mem.list(SCOPE, "episodic") == []
 
 
 async def test_a_failing_manager_does_not_break_the_run(mem, caplog):
