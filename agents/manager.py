@@ -19,7 +19,7 @@ from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.usage import UsageLimits
 
 from memos import prompts
-from memos.exceptions import MemosError
+from memos.exceptions import MemosError, RecordChangedError
 from memos.memory import MemoryOS
 from memos.store.scope import Scope
 from memos.telemetry import instrumentation
@@ -175,6 +175,7 @@ class MemoryManager:
                                       usage_limits=UsageLimits(request_limit=4))
         report.requests = result.usage.requests
         provenance = [t.id for t in turns]
+        await self._still_current(result.output)
         for action in result.output.actions:
             await self._apply(action, provenance, report)
         if "entity" in self.memory.types:
@@ -203,6 +204,19 @@ class MemoryManager:
         if problems:
             raise ModelRetry("fix these actions and send the whole plan again: " + " | ".join(problems))
         return plan
+
+    async def _still_current(self, plan: ManagerPlan) -> None:
+        """The records the plan acts on are still active, as when it was checked: a writer that holds
+        no job lock of the user (a tool call of the user's own agent) may have superseded, merged
+        or deleted one while the model answered. Then nothing is written (`RecordChangedError`, or
+        `RecordNotFoundError` for one deleted): a caller keeps the turns and runs them again, and
+        the model then sees the records as they are, where applying the rest of the plan would
+        have left it half done."""
+        for action in plan.actions:
+            if isinstance(action, Update | Supersede | Merge):
+                for record_id in _ids(action):
+                    if (await self.memory.get(self.read_scope, action.store, record_id)).status != "active":
+                        raise RecordChangedError(action.store, [record_id], 0)
 
     async def _validate(self, action: Action) -> None:
         if isinstance(action, Nothing):
