@@ -175,9 +175,9 @@ class MemoryManager:
                                       usage_limits=UsageLimits(request_limit=4))
         report.requests = result.usage.requests
         provenance = [t.id for t in turns]
-        await self._still_current(result.output)
+        current = await self._still_current(result.output)
         for action in result.output.actions:
-            await self._apply(action, provenance, report)
+            await self._apply(action, provenance, report, current)
         if "entity" in self.memory.types:
             await apply_graph(self.memory, self.scope, self.read_scope, result.output, provenance, report.written, ACTOR)
         return report
@@ -205,18 +205,22 @@ class MemoryManager:
             raise ModelRetry("fix these actions and send the whole plan again: " + " | ".join(problems))
         return plan
 
-    async def _still_current(self, plan: ManagerPlan) -> None:
-        """The records the plan acts on are still active, as when it was checked: a writer that holds
-        no job lock of the user (a tool call of the user's own agent) may have superseded, merged
-        or deleted one while the model answered. Then nothing is written (`RecordChangedError`, or
-        `RecordNotFoundError` for one deleted): a caller keeps the turns and runs them again, and
-        the model then sees the records as they are, where applying the rest of the plan would
-        have left it half done."""
+    async def _still_current(self, plan: ManagerPlan) -> dict[str, MemoryRecord]:
+        """The records the plan acts on, by id, read again: still active, as when it was checked. A
+        writer that holds no job lock of the user (a tool call of the user's own agent) may have
+        superseded, merged or deleted one while the model answered. Then nothing is written
+        (`RecordChangedError`, or `RecordNotFoundError` for one deleted): a caller keeps the turns
+        and runs them again, and the model then sees the records as they are, where applying the
+        rest of the plan would have left it half done. The plan acts on each record once (`_check`),
+        so each action is applied to these."""
+        current: dict[str, MemoryRecord] = {}
         for action in plan.actions:
             if isinstance(action, Update | Supersede | Merge):
                 for record_id in _ids(action):
-                    if (await self.memory.get(self.read_scope, action.store, record_id)).status != "active":
+                    current[record_id] = await self.memory.get(self.read_scope, action.store, record_id)
+                    if current[record_id].status != "active":
                         raise RecordChangedError(action.store, [record_id], 0)
+        return current
 
     async def _validate(self, action: Action) -> None:
         if isinstance(action, Nothing):
@@ -268,7 +272,7 @@ class MemoryManager:
         except ValidationError as exc:
             raise ModelRetry(f"invalid {record_type.memory_type} fields: {describe_errors(exc)}") from None
 
-    async def _apply(self, action: Action, provenance: list[str], report: ManagerReport) -> None:
+    async def _apply(self, action: Action, provenance: list[str], report: ManagerReport, current: dict[str, MemoryRecord]) -> None:
         if isinstance(action, Nothing):
             return
         record_type = self.memory.types[action.store]
@@ -276,18 +280,18 @@ class MemoryManager:
             [stored] = await self.memory.add(self.scope, self._build(record_type, action.fields, provenance), actor=ACTOR)
             report.written.append(("insert", action.store, stored.id))
         elif isinstance(action, Update):
-            old = await self.memory.get(self.read_scope, action.store, action.record_id)
+            old = current[action.record_id]
             changes = {**action.changes, "source_ids": list(dict.fromkeys([*old.source_ids, *provenance]))}
             # revise: the provenance is a lifecycle field `update` refuses; the model's own changes were checked without it
             await self.memory.revise(_scope_of(old), action.store, action.record_id, changes, actor=ACTOR)
             report.written.append(("update", action.store, action.record_id))
         elif isinstance(action, Supersede):
-            old = await self.memory.get(self.read_scope, action.store, action.record_id)
+            old = current[action.record_id]
             new = self._build(record_type, action.fields, provenance)
             stored = await self.memory.supersede(_scope_of(old), action.store, action.record_id, new, actor=ACTOR)
             report.written.append(("supersede", action.store, stored.id))
         else:
-            olds = [await self.memory.get(self.read_scope, action.store, i) for i in action.record_ids]
+            olds = [current[i] for i in action.record_ids]
             sources = list(dict.fromkeys([*(s for o in olds for s in o.source_ids), *(o.id for o in olds), *provenance]))
             merged = self._build(record_type, action.fields, sources).model_copy(
                 update={"importance": max([o.importance for o in olds])})

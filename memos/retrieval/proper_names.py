@@ -83,8 +83,7 @@ def says_name(text: str, known: Iterable[str] = ()) -> bool:
             return True
     for match in _ZH_NAMED.finditer(text):
         said = match.group(0)
-        if said not in _ZH_COMMON and not any(said.endswith(common) for common in _ZH_COMMON) \
-                and not any(name in said for name in known if not name.isascii()):
+        if not any(said.endswith(common) for common in _ZH_COMMON) and not any(name in said for name in known if not name.isascii()):
             return True
     return False
 

@@ -23,7 +23,7 @@ Chinese set and on LOCOMO dev, is in docs/languages.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -33,7 +33,7 @@ from memos.time_bounds import shift
 
 from .ranking import Hit
 
-__all__ = ["antecedent", "asks", "exchange_partners", "refers_back", "reply_at", "session_turns", "with_replies"]
+__all__ = ["antecedent", "asks", "exchange_partners", "own_window", "refers_back", "reply_at", "session_turns", "with_replies"]
 
 _ASKS = re.compile(r"[?？]\W*$")
 
@@ -71,12 +71,7 @@ async def with_replies(storage: Store, scope: Scope, statuses: tuple[str, ...], 
                                 [(shift(a.record.event_time(), -reach), shift(a.record.event_time(), reach)) for a in anchors])
     brought: dict[str, list[Hit]] = {}
     for anchor in anchors:
-        # only the turns within the anchor's own window: all of them were read, so neighbours
-        # in this list are neighbours in the conversation (another anchor's window may add
-        # turns beyond a gap in it)
-        when = anchor.record.event_time()
-        session = [t for t in turns.get((anchor.record.user_id, anchor.record.agent_id, anchor.record.session_id), [])
-                   if abs(t.event_time() - when) <= reach]
+        session = own_window(turns, anchor.record, reach)
         ids = [t.id for t in session]
         if anchor.id not in ids:
             continue
@@ -95,6 +90,14 @@ async def with_replies(storage: Store, scope: Scope, statuses: tuple[str, ...], 
                 hit.attached.append(extra)
                 seen.add(extra.id)
     return hits
+
+
+def own_window(by_session: Mapping[tuple[str, str, str], Sequence[Any]], record: Any, reach: timedelta) -> list[Any]:
+    """The turns of `record`'s session within `reach` of it, of those `session_turns` read for windows
+    of that reach: all of them were read, so turns next to each other here are next to each other
+    in the conversation (another record's window may add turns beyond a gap in it)."""
+    when = record.event_time()
+    return [t for t in by_session.get((record.user_id, record.agent_id, record.session_id), []) if abs(t.event_time() - when) <= reach]
 
 
 def reply_at(session: Sequence[Any], at: int) -> Any | None:

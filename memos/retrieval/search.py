@@ -42,7 +42,7 @@ from .passages import (
 )
 from .proper_names import favour_names
 from .ranking import Candidate, Hit, RankingPolicy, RowView, fuse, rank_rows
-from .replies import session_turns, with_replies
+from .replies import own_window, session_turns, with_replies
 from .same_subject import with_same_subject
 from .speakers import SpeakerTally, favour_speakers, named_speakers, without_speakers
 from .temporal import parse_time_window
@@ -468,10 +468,7 @@ async def _with_neighbours(storage: Store, request: SearchRequest, hits: list[Hi
     stretches: list[list[Any]] = []
     for anchor in anchors:
         turns = by_session.get((anchor.record.user_id, anchor.record.agent_id, anchor.record.session_id), [])
-        # the anchor's own window, where every turn was read: turns next to each other in it are
-        # next to each other in the conversation
-        when = anchor.record.event_time()
-        stretches.append([t for t in turns if abs(t.event_time() - when) <= reach])
+        stretches.append(own_window(by_session, anchor.record, reach))
         ids = [t.id for t in turns]
         if turn_of(anchor) not in ids:
             continue
